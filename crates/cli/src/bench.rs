@@ -1,0 +1,255 @@
+//! `specula bench`: every prompt decoded plain and speculative in one process, one after the
+//! other, so that the machine's noise hits both alike. Greedy by default, which also checks
+//! that each speculative reply equals the plain one.
+
+use crate::run::{open_session, CliResult};
+use crate::ModelArgs;
+use clap::Args;
+use serde::{Deserialize, Serialize};
+use specula_engine::speculative::KSetting;
+use specula_engine::{GenerateOptions, Generation, NullSink, SamplingParams};
+use std::path::PathBuf;
+
+const DEFAULT_PROMPTS: &str = include_str!("../prompts/bench.json");
+
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Draft lengths to compare, e.g. 1,2,4,8,auto.
+    #[arg(long = "ks", value_delimiter = ',', default_value = "1,2,4,8,auto")]
+    ks: Vec<KSetting>,
+    /// JSON list of {"kind", "prompt"}; the built-in set has 10 code and 10 prose prompts.
+    #[arg(long)]
+    prompts: Option<PathBuf>,
+    /// Only prompts of this kind (code, prose, ...).
+    #[arg(long)]
+    kind: Option<String>,
+    /// Only the first N prompts of each kind.
+    #[arg(long)]
+    limit: Option<usize>,
+    #[arg(long, default_value_t = 64)]
+    max_tokens: usize,
+    /// Write every figure here as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Deserialize, Serialize, Clone)]
+struct BenchPrompt {
+    kind: String,
+    prompt: String,
+}
+
+#[derive(Serialize)]
+struct Run {
+    kind: String,
+    prompt: String,
+    k: String,
+    plain_tokens: usize,
+    plain_ms: f64,
+    spec_tokens: usize,
+    spec_ms: f64,
+    drafted: usize,
+    accepted: usize,
+    target_passes: usize,
+    predicted_speedup: Option<f64>,
+    k_min: usize,
+    k_max: usize,
+    identical: bool,
+}
+
+#[derive(Serialize)]
+struct Summary {
+    kind: String,
+    k: String,
+    plain_tps: f64,
+    spec_tps: f64,
+    speedup: f64,
+    acceptance: f64,
+    tokens_per_pass: f64,
+    predicted_speedup: Option<f64>,
+    k_range: String,
+    identical: String,
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    model: String,
+    draft: String,
+    max_tokens: usize,
+    threads: usize,
+    runs: &'a [Run],
+    summary: &'a [Summary],
+}
+
+fn k_label(k: &KSetting) -> String {
+    match k {
+        KSetting::Fixed(k) => k.to_string(),
+        KSetting::Auto { .. } => "auto".into(),
+    }
+}
+
+pub fn bench(args: BenchArgs) -> CliResult {
+    if args.model.draft.is_none() {
+        return Err("bench compares against a draft: give --draft".into());
+    }
+    let prompts = load_prompts(&args)?;
+    let mut session = open_session(&args.model)?;
+    let options = GenerateOptions {
+        max_tokens: args.max_tokens,
+        sampling: SamplingParams::greedy(),
+        stop: Vec::new(),
+    };
+    let mut runs = Vec::new();
+    for (i, item) in prompts.iter().enumerate() {
+        let prompt = session
+            .chat_prompt(&[specula_engine::Message::user(item.prompt.clone())])
+            .map_err(|e| e.to_string())?;
+        for k in &args.ks {
+            // Plain and speculative back to back, per k, so both see the same machine state.
+            let plain = session.generate_plain(&prompt, &options, &mut NullSink).map_err(|e| e.to_string())?;
+            session.speculative.k = *k;
+            let spec = session.generate(&prompt, &options, &mut NullSink).map_err(|e| e.to_string())?;
+            let run = record(item, k, &plain, &spec);
+            eprintln!(
+                "[{}/{}] {:5} k={:4} plain {:5.2} tok/s  spec {:5.2} tok/s  {:.2}x  accepted {}/{}{}",
+                i + 1,
+                prompts.len(),
+                item.kind,
+                run.k,
+                rate(run.plain_tokens, run.plain_ms),
+                rate(run.spec_tokens, run.spec_ms),
+                rate(run.spec_tokens, run.spec_ms) / rate(run.plain_tokens, run.plain_ms),
+                run.accepted,
+                run.drafted,
+                if run.identical { "" } else { "  MISMATCH" }
+            );
+            runs.push(run);
+        }
+    }
+    let summary = summarise(&runs);
+    print_table(&summary);
+    if let Some(path) = &args.json {
+        let report = Report {
+            model: args.model.model.display().to_string(),
+            draft: args.model.draft.as_ref().map(|d| d.display().to_string()).unwrap_or_default(),
+            max_tokens: args.max_tokens,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            runs: &runs,
+            summary: &summary,
+        };
+        let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+        std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    if runs.iter().any(|r| !r.identical) {
+        return Err("speculative output differed from plain output (see MISMATCH above)".into());
+    }
+    Ok(())
+}
+
+fn load_prompts(args: &BenchArgs) -> Result<Vec<BenchPrompt>, String> {
+    let text = match &args.prompts {
+        Some(path) => std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?,
+        None => DEFAULT_PROMPTS.to_string(),
+    };
+    let all: Vec<BenchPrompt> = serde_json::from_str(&text).map_err(|e| format!("prompt set: {e}"))?;
+    let mut taken: std::collections::HashMap<String, usize> = Default::default();
+    let chosen: Vec<BenchPrompt> = all
+        .into_iter()
+        .filter(|p| args.kind.as_ref().is_none_or(|k| &p.kind == k))
+        .filter(|p| {
+            let n = taken.entry(p.kind.clone()).or_default();
+            *n += 1;
+            args.limit.is_none_or(|limit| *n <= limit)
+        })
+        .collect();
+    if chosen.is_empty() {
+        return Err("no prompts selected".into());
+    }
+    Ok(chosen)
+}
+
+fn record(item: &BenchPrompt, k: &KSetting, plain: &Generation, spec: &Generation) -> Run {
+    let s = spec.stats.speculative.clone().unwrap_or_default();
+    let ids = |g: &Generation| g.tokens.iter().map(|t| t.id).collect::<Vec<_>>();
+    Run {
+        kind: item.kind.clone(),
+        prompt: item.prompt.clone(),
+        k: k_label(k),
+        plain_tokens: plain.stats.generated_tokens,
+        plain_ms: plain.stats.decode_ms,
+        spec_tokens: spec.stats.generated_tokens,
+        spec_ms: spec.stats.decode_ms,
+        drafted: s.drafted,
+        accepted: s.accepted,
+        target_passes: s.target_passes,
+        predicted_speedup: s.predicted_speedup,
+        k_min: s.k_min,
+        k_max: s.k_max,
+        identical: ids(plain) == ids(spec),
+    }
+}
+
+fn rate(tokens: usize, ms: f64) -> f64 {
+    tokens as f64 / (ms / 1000.0).max(1e-9)
+}
+
+fn summarise(runs: &[Run]) -> Vec<Summary> {
+    let mut groups: Vec<(String, String)> = Vec::new();
+    for r in runs {
+        for kind in [r.kind.clone(), "all".to_string()] {
+            if !groups.contains(&(kind.clone(), r.k.clone())) {
+                groups.push((kind, r.k.clone()));
+            }
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(kind, k)| {
+            let rs: Vec<&Run> = runs.iter().filter(|r| (kind == "all" || r.kind == kind) && r.k == k).collect();
+            let sum = |f: fn(&Run) -> f64| rs.iter().map(|r| f(r)).sum::<f64>();
+            let plain_tps = sum(|r| r.plain_tokens as f64) / (sum(|r| r.plain_ms) / 1000.0);
+            let spec_tps = sum(|r| r.spec_tokens as f64) / (sum(|r| r.spec_ms) / 1000.0);
+            let predicted: Vec<f64> = rs.iter().filter_map(|r| r.predicted_speedup).collect();
+            Summary {
+                acceptance: sum(|r| r.accepted as f64) / sum(|r| r.drafted as f64).max(1.0),
+                tokens_per_pass: sum(|r| r.spec_tokens as f64) / sum(|r| r.target_passes as f64).max(1.0),
+                predicted_speedup: (!predicted.is_empty()).then(|| predicted.iter().sum::<f64>() / predicted.len() as f64),
+                k_range: format!(
+                    "{}-{}",
+                    rs.iter().map(|r| r.k_min).min().unwrap_or(0),
+                    rs.iter().map(|r| r.k_max).max().unwrap_or(0)
+                ),
+                identical: format!("{}/{}", rs.iter().filter(|r| r.identical).count(), rs.len()),
+                speedup: spec_tps / plain_tps,
+                plain_tps,
+                spec_tps,
+                kind,
+                k,
+            }
+        })
+        .collect()
+}
+
+fn print_table(summary: &[Summary]) {
+    println!(
+        "| set | k | plain tok/s | spec tok/s | speedup | accepted | tokens/pass | predicted | k used | identical |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for s in summary {
+        println!(
+            "| {} | {} | {:.2} | {:.2} | {:.2}x | {:.0}% | {:.2} | {} | {} | {} |",
+            s.kind,
+            s.k,
+            s.plain_tps,
+            s.spec_tps,
+            s.speedup,
+            s.acceptance * 100.0,
+            s.tokens_per_pass,
+            s.predicted_speedup.map_or("n/a".into(), |p| format!("{p:.2}x")),
+            s.k_range,
+            s.identical
+        );
+    }
+}

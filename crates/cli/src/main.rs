@@ -1,0 +1,115 @@
+//! `specula`: generate, chat, tokenize and bench with exact speculative decoding.
+//! The first client of every engine feature.
+
+mod bench;
+mod run;
+
+use clap::{Args, Parser, Subcommand};
+use specula_engine::sampling::{Mode, SamplingParams};
+use specula_engine::speculative::KSetting;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "specula", version, about = "Local LLMs, faster: exact speculative decoding on GGUF models")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate one reply and stream it to stdout.
+    Generate(run::GenerateArgs),
+    /// A multi-turn chat in the terminal.
+    Chat(run::ChatArgs),
+    /// Print the token ids of a text as a JSON list.
+    Tokenize(run::TokenizeArgs),
+    /// Plain vs speculative decoding, side by side on a prompt set.
+    Bench(bench::BenchArgs),
+}
+
+/// Model, draft and device options shared by the commands that decode.
+#[derive(Args, Clone)]
+pub struct ModelArgs {
+    /// Target model (.gguf).
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Draft model (.gguf) with the target's vocabulary; enables speculative decoding.
+    #[arg(long)]
+    pub draft: Option<PathBuf>,
+    /// Draft length: 1-16, or auto to choose per step from measured costs.
+    #[arg(long, default_value = "auto")]
+    pub k: KSetting,
+    /// KV cache size in tokens (capped at the model's trained context).
+    #[arg(long, default_value_t = specula_engine::DEFAULT_CONTEXT)]
+    pub ctx: usize,
+    /// auto, cpu, cuda, cuda:N or metal.
+    #[arg(long, default_value = "auto")]
+    pub device: String,
+}
+
+#[derive(Args, Clone)]
+pub struct SamplingArgs {
+    /// greedy, sample, or reproducible (Gumbel sampling fixed by the seed: the same reply with
+    /// or without a draft).
+    #[arg(long, default_value = "reproducible")]
+    pub mode: Mode,
+    /// 0 means greedy.
+    #[arg(long, default_value_t = 0.8)]
+    pub temperature: f32,
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    /// 0 keeps every token.
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Most tokens to generate.
+    #[arg(long, default_value_t = 512)]
+    pub max_tokens: usize,
+    /// Stop when the reply contains this text (repeatable).
+    #[arg(long)]
+    pub stop: Vec<String>,
+}
+
+impl SamplingArgs {
+    pub fn params(&self) -> SamplingParams {
+        SamplingParams {
+            mode: self.mode,
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repetition_penalty: self.repeat_penalty,
+            seed: self.seed,
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SPECULA_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Generate(args) => run::generate(args),
+        Command::Chat(args) => run::chat(args),
+        Command::Tokenize(args) => run::tokenize(args),
+        Command::Bench(args) => bench::bench(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::from(2)
+        }
+    }
+}

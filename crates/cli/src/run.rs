@@ -1,0 +1,216 @@
+//! `generate`, `chat` and `tokenize`.
+
+use crate::{ModelArgs, SamplingArgs};
+use clap::Args;
+use specula_engine::{
+    device, Flow, GenerateOptions, Generation, Message, Session, Source, StepEvent, TokenEvent, TokenSink,
+};
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    /// The user's message (or, with --raw, the whole prompt).
+    #[arg(long, conflicts_with = "prompt_file", required_unless_present = "prompt_file")]
+    prompt: Option<String>,
+    /// Read the prompt from a file.
+    #[arg(long)]
+    prompt_file: Option<PathBuf>,
+    /// System prompt (otherwise the chat template's default, if any).
+    #[arg(long)]
+    system: Option<String>,
+    /// Use the prompt as it is, without the chat template.
+    #[arg(long)]
+    raw: bool,
+    /// Print one JSON object when done instead of streaming text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct ChatArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    #[arg(long)]
+    system: Option<String>,
+}
+
+#[derive(Args)]
+pub struct TokenizeArgs {
+    #[arg(long)]
+    model: PathBuf,
+    #[arg(long, conflicts_with = "file", required_unless_present = "file")]
+    text: Option<String>,
+    #[arg(long)]
+    file: Option<PathBuf>,
+}
+
+pub type CliResult = Result<(), String>;
+
+fn read_file(path: &PathBuf) -> Result<String, String> {
+    std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Load the target, and the draft when one is given.
+pub fn open_session(args: &ModelArgs) -> Result<Session, String> {
+    let device = device::select(&args.device).map_err(|e| e.to_string())?;
+    let mut session = Session::load(&args.model, &device, args.ctx).map_err(|e| e.to_string())?;
+    if let Some(draft) = &args.draft {
+        session.load_draft(draft, &device).map_err(|e| e.to_string())?;
+    }
+    session.speculative.k = args.k;
+    Ok(session)
+}
+
+pub fn generate(args: GenerateArgs) -> CliResult {
+    let user = match (&args.prompt, &args.prompt_file) {
+        (Some(text), _) => text.clone(),
+        (None, Some(path)) => read_file(path)?,
+        (None, None) => return Err("give --prompt or --prompt-file".into()),
+    };
+    let mut session = open_session(&args.model)?;
+    let prompt = if args.raw {
+        session.target.tokenizer.encode(&user)
+    } else {
+        let mut messages: Vec<Message> = args.system.iter().map(Message::system).collect();
+        messages.push(Message::user(user));
+        session.chat_prompt(&messages)
+    }
+    .map_err(|e| e.to_string())?;
+    let options = options(&args.sampling);
+    let generation = if args.json {
+        session.generate(&prompt, &options, &mut specula_engine::NullSink)
+    } else {
+        session.generate(&prompt, &options, &mut Printer::new())
+    }
+    .map_err(|e| e.to_string())?;
+    if args.json {
+        println!("{}", serde_json::to_string(&generation).map_err(|e| e.to_string())?);
+    } else {
+        println!();
+    }
+    print_stats(&generation);
+    Ok(())
+}
+
+pub fn chat(args: ChatArgs) -> CliResult {
+    let mut session = open_session(&args.model)?;
+    let options = options(&args.sampling);
+    let mut messages: Vec<Message> = args.system.iter().map(Message::system).collect();
+    let stdin = std::io::stdin();
+    let interactive = stdin.is_terminal();
+    if interactive {
+        eprintln!("Chatting with {}. Empty line or Ctrl-D to quit.", session.target.info.name);
+    }
+    loop {
+        if interactive {
+            eprint!("> ");
+        }
+        let mut line = String::new();
+        if stdin.lock().read_line(&mut line).map_err(|e| e.to_string())? == 0 || line.trim().is_empty() {
+            return Ok(());
+        }
+        messages.push(Message::user(line.trim_end()));
+        let prompt = session.chat_prompt(&messages).map_err(|e| e.to_string())?;
+        match session.generate(&prompt, &options, &mut Printer::new()) {
+            Ok(generation) => {
+                println!();
+                print_stats(&generation);
+                messages.push(Message::assistant(generation.text));
+            }
+            Err(e) => {
+                // The conversation so far stays; only this turn is dropped.
+                messages.pop();
+                eprintln!("error: {e}");
+            }
+        }
+    }
+}
+
+pub fn tokenize(args: TokenizeArgs) -> CliResult {
+    let text = match (&args.text, &args.file) {
+        (Some(text), _) => text.clone(),
+        (None, Some(path)) => read_file(path)?,
+        (None, None) => return Err("give --text or --file".into()),
+    };
+    let gguf = specula_engine::gguf::GgufFile::open(&args.model).map_err(|e| e.to_string())?;
+    let tokenizer = specula_engine::Tokenizer::from_gguf(&gguf).map_err(|e| e.to_string())?;
+    let ids = tokenizer.encode(&text).map_err(|e| e.to_string())?;
+    println!("{}", serde_json::to_string(&ids).map_err(|e| e.to_string())?);
+    Ok(())
+}
+
+pub fn options(args: &SamplingArgs) -> GenerateOptions {
+    GenerateOptions {
+        max_tokens: args.max_tokens,
+        sampling: args.params(),
+        stop: args.stop.clone(),
+    }
+}
+
+/// Streams text to stdout, coloured by provenance when stdout is a terminal.
+pub struct Printer {
+    colour: bool,
+}
+
+impl Printer {
+    pub fn new() -> Self {
+        Self {
+            colour: std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+        }
+    }
+}
+
+impl TokenSink for Printer {
+    fn on_token(&mut self, token: &TokenEvent) -> Flow {
+        let mut out = std::io::stdout().lock();
+        let code = match token.source {
+            Source::Accepted => "32",  // green
+            Source::Resampled => "33", // yellow
+            Source::Bonus => "36",     // cyan
+            Source::Target => "",
+        };
+        let written = if self.colour && !code.is_empty() {
+            write!(out, "\x1b[{code}m{}\x1b[0m", token.text)
+        } else {
+            write!(out, "{}", token.text)
+        };
+        match written.and_then(|_| out.flush()) {
+            Ok(()) => Flow::Continue,
+            Err(_) => Flow::Stop, // stdout closed (a pipe ended): stop generating
+        }
+    }
+
+    fn on_step(&mut self, _: &StepEvent) -> Flow {
+        Flow::Continue
+    }
+}
+
+pub fn print_stats(g: &Generation) {
+    let s = &g.stats;
+    let prefill_rate = (s.prompt_tokens - s.cached_prompt_tokens) as f64 / (s.prefill_ms / 1000.0).max(1e-9);
+    eprintln!(
+        "prompt: {} tokens ({} cached) in {:.0} ms, {:.1} tok/s · decode: {} tokens in {:.0} ms, {:.2} tok/s",
+        s.prompt_tokens, s.cached_prompt_tokens, s.prefill_ms, prefill_rate, s.generated_tokens, s.decode_ms, s.tokens_per_second
+    );
+    if let Some(spec) = &s.speculative {
+        let speedup = spec.speedup_vs_plain.map_or("n/a".into(), |x| format!("{x:.2}x"));
+        let predicted = spec.predicted_speedup.map_or("n/a".into(), |x| format!("{x:.2}x"));
+        eprintln!(
+            "speculative: {speedup} vs plain (predicted {predicted}) · {}/{} drafts accepted ({:.0}%) · {} target passes, {:.2} tokens each · k {}-{}",
+            spec.accepted,
+            spec.drafted,
+            spec.acceptance_rate * 100.0,
+            spec.target_passes,
+            spec.tokens_per_pass,
+            spec.k_min,
+            spec.k_max
+        );
+    }
+}

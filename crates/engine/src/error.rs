@@ -1,0 +1,76 @@
+//! The engine's one error type. Every variant carries what a user needs to act on it;
+//! shells map [`Error::code`] to their own boundary (exit codes, `{ code, message }` DTOs).
+
+use std::path::PathBuf;
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("{path}: not a GGUF model file ({reason})")]
+    NotGguf { path: PathBuf, reason: String },
+
+    #[error("{path}: the file is truncated: {reason}")]
+    Truncated { path: PathBuf, reason: String },
+
+    #[error("{path}: unsupported model architecture `{arch}` (supported: {supported})")]
+    UnsupportedArchitecture {
+        path: PathBuf,
+        arch: String,
+        supported: String,
+    },
+
+    #[error("model metadata is invalid: {0}")]
+    BadMetadata(String),
+
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+
+    #[error("chat template: {0}")]
+    Template(String),
+
+    #[error(
+        "the prompt is {prompt_tokens} tokens but the context holds {context} \
+         (with room for {reserve} generated); shorten the prompt or raise the context length"
+    )]
+    ContextOverflow {
+        prompt_tokens: usize,
+        context: usize,
+        reserve: usize,
+    },
+
+    #[error("the draft cannot pair with the target: {0}")]
+    IncompatibleDraft(String),
+
+    #[error("invalid setting: {0}")]
+    InvalidSetting(String),
+
+    #[error("tensor computation failed: {0}")]
+    Candle(#[from] candle_core::Error),
+}
+
+impl Error {
+    /// A stable machine-readable code, for the IPC and HTTP boundaries.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::Io { .. } => "io",
+            Error::NotGguf { .. } => "not_gguf",
+            Error::Truncated { .. } => "truncated",
+            Error::UnsupportedArchitecture { .. } => "unsupported_architecture",
+            Error::BadMetadata(_) => "bad_metadata",
+            Error::Tokenizer(_) => "tokenizer",
+            Error::Template(_) => "template",
+            Error::ContextOverflow { .. } => "context_overflow",
+            Error::IncompatibleDraft(_) => "incompatible_draft",
+            Error::InvalidSetting(_) => "invalid_setting",
+            Error::Candle(_) => "compute",
+        }
+    }
+}

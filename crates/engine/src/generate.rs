@@ -1,0 +1,375 @@
+//! Plain decoding, the reference every speculative reply is measured against, and the pieces
+//! both loops share: the cached model, the sink, and committing tokens to a reply.
+
+use crate::error::{Error, Result};
+use crate::models::CausalLm;
+use crate::sampling::{Sampler, SamplingParams};
+use crate::tokenizer::{TokenStream, Tokenizer};
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, Instant};
+
+/// Where a token came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// Plain decoding, no draft.
+    Target,
+    /// A draft token the target kept.
+    Accepted,
+    /// Drawn from the target at the first rejection.
+    Resampled,
+    /// Drawn from the target after every draft was accepted.
+    Bonus,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TokenEvent {
+    pub id: u32,
+    /// The text this token completes; empty while a UTF-8 character is still partial.
+    pub text: String,
+    pub source: Source,
+    /// The target's probability of this token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p: Option<f32>,
+    /// The draft's probability of this token (drafted and resampled tokens).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub q: Option<f32>,
+}
+
+/// Live figures after one decoding step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepEvent {
+    /// Draft length of this step (0: plain).
+    pub k: usize,
+    pub accepted: usize,
+    pub generated: usize,
+    pub tokens_per_second: f64,
+    /// Against the target's plain rate measured in this process; None until measured.
+    pub speedup_vs_plain: Option<f64>,
+    pub acceptance_rate: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    Stop,
+}
+
+/// Where output goes: the CLI prints, the app forwards to a channel, tests collect.
+/// Returning [`Flow::Stop`] is how cancellation reaches the loop.
+pub trait TokenSink {
+    fn on_token(&mut self, token: &TokenEvent) -> Flow;
+    fn on_step(&mut self, _step: &StepEvent) -> Flow {
+        Flow::Continue
+    }
+}
+
+/// A sink that only keeps going; the reply is in the returned [`Generation`].
+pub struct NullSink;
+
+impl TokenSink for NullSink {
+    fn on_token(&mut self, _: &TokenEvent) -> Flow {
+        Flow::Continue
+    }
+}
+
+impl<F: FnMut(&TokenEvent) -> Flow> TokenSink for F {
+    fn on_token(&mut self, token: &TokenEvent) -> Flow {
+        self(token)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// End-of-turn or end-of-sequence token.
+    EndOfTurn,
+    StopString,
+    MaxTokens,
+    ContextFull,
+    Cancelled,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GenerateOptions {
+    pub max_tokens: usize,
+    pub sampling: SamplingParams,
+    /// Stop when the reply contains one of these; the reply ends before it.
+    pub stop: Vec<String>,
+}
+
+impl Default for GenerateOptions {
+    fn default() -> Self {
+        Self {
+            max_tokens: 512,
+            sampling: SamplingParams::default(),
+            stop: Vec::new(),
+        }
+    }
+}
+
+/// Speculative figures of one reply.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SpeculativeStats {
+    pub drafter: String,
+    pub drafted: usize,
+    pub accepted: usize,
+    pub acceptance_rate: f64,
+    pub target_passes: usize,
+    pub tokens_per_pass: f64,
+    pub draft_ms: f64,
+    pub verify_ms: f64,
+    /// One plain target step at this context, measured in this process.
+    pub plain_ms_per_token: Option<f64>,
+    pub speedup_vs_plain: Option<f64>,
+    /// Leviathan et al.'s expected speedup from the measured acceptance and cost ratio.
+    pub predicted_speedup: Option<f64>,
+    /// Draft/target cost ratio per token.
+    pub cost_ratio: Option<f64>,
+    pub k_min: usize,
+    pub k_max: usize,
+    pub k_mean: f64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GenerationStats {
+    pub prompt_tokens: usize,
+    /// Prompt tokens whose cache was reused from the previous turn.
+    pub cached_prompt_tokens: usize,
+    pub generated_tokens: usize,
+    pub prefill_ms: f64,
+    pub decode_ms: f64,
+    pub tokens_per_second: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speculative: Option<SpeculativeStats>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Generation {
+    pub text: String,
+    pub tokens: Vec<TokenEvent>,
+    pub finish_reason: FinishReason,
+    pub stats: GenerationStats,
+}
+
+/// A model and the token ids its KV cache holds, so that a new prompt reuses the longest
+/// cached prefix (the previous turns of a chat) and a rollback keeps both in step.
+pub struct CachedModel {
+    model: Box<dyn CausalLm>,
+    ids: Vec<u32>,
+}
+
+impl CachedModel {
+    pub fn new(model: Box<dyn CausalLm>) -> Self {
+        Self { model, ids: Vec::new() }
+    }
+
+    pub fn model(&self) -> &dyn CausalLm {
+        self.model.as_ref()
+    }
+
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.model.capacity()
+    }
+
+    pub fn cached_ids(&self) -> &[u32] {
+        &self.ids
+    }
+
+    pub fn truncate(&mut self, len: usize) {
+        self.ids.truncate(len);
+        self.model.truncate(self.ids.len());
+    }
+
+    /// Make the cache hold exactly `context`, feeding only what it lacks; the logits after its
+    /// last token. The last token is fed again when the whole context was already cached.
+    pub fn advance_to(&mut self, context: &[u32]) -> Result<Vec<f32>> {
+        let keep = common_prefix(&self.ids, context).min(context.len().saturating_sub(1));
+        self.truncate(keep);
+        let logits = self.model.forward_last(&context[keep..])?;
+        self.ids.extend_from_slice(&context[keep..]);
+        Ok(logits.squeeze(0)?.to_vec1()?)
+    }
+
+    /// Make the cache hold `context` (no logits needed): prompt prefill.
+    pub fn prefill(&mut self, context: &[u32]) -> Result<()> {
+        let keep = common_prefix(&self.ids, context);
+        self.truncate(keep);
+        if keep < context.len() {
+            self.model.forward_last(&context[keep..])?;
+            self.ids.extend_from_slice(&context[keep..]);
+        }
+        Ok(())
+    }
+
+    /// Feed `tokens` and return the logits of every one of them, `[n][vocab]`.
+    pub fn forward_all(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
+        let logits = self.model.forward(tokens)?;
+        self.ids.extend_from_slice(tokens);
+        Ok(logits.to_vec2()?)
+    }
+}
+
+pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// Check the prompt fits with room to generate at least one token.
+pub fn check_context(prompt_tokens: usize, capacity: usize) -> Result<()> {
+    if prompt_tokens == 0 {
+        return Err(Error::InvalidSetting("the prompt is empty".into()));
+    }
+    if prompt_tokens >= capacity {
+        return Err(Error::ContextOverflow {
+            prompt_tokens,
+            context: capacity,
+            reserve: 1,
+        });
+    }
+    Ok(())
+}
+
+/// The reply being built: detokenises, applies stop rules, feeds the sink, keeps the events.
+pub(crate) struct Reply<'a> {
+    stream: TokenStream<'a>,
+    tokenizer: &'a Tokenizer,
+    sink: &'a mut dyn TokenSink,
+    options: &'a GenerateOptions,
+    pub context: Vec<u32>,
+    pub prompt_len: usize,
+    pub tokens: Vec<TokenEvent>,
+    pub text: String,
+    pub finish: Option<FinishReason>,
+    pub decode_started: Instant,
+}
+
+impl<'a> Reply<'a> {
+    pub fn new(tokenizer: &'a Tokenizer, prompt: &[u32], options: &'a GenerateOptions, sink: &'a mut dyn TokenSink) -> Self {
+        Self {
+            stream: tokenizer.stream(),
+            tokenizer,
+            sink,
+            options,
+            context: prompt.to_vec(),
+            prompt_len: prompt.len(),
+            tokens: Vec::new(),
+            text: String::new(),
+            finish: None,
+            decode_started: Instant::now(),
+        }
+    }
+
+    /// Tokens generated so far: the position of the next one in the reply.
+    pub fn position(&self) -> usize {
+        self.context.len() - self.prompt_len
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.finish.is_some()
+    }
+
+    /// Add a token to the reply; false once the reply has ended.
+    pub fn commit(&mut self, id: u32, source: Source, p: Option<f32>, q: Option<f32>) -> Result<bool> {
+        if self.is_done() {
+            return Ok(false);
+        }
+        if self.tokenizer.is_stop(id) {
+            self.finish = Some(FinishReason::EndOfTurn);
+            return Ok(false);
+        }
+        self.context.push(id);
+        let text = self.stream.push(id)?;
+        self.text.push_str(&text);
+        let event = TokenEvent { id, text, source, p, q };
+        let flow = self.sink.on_token(&event);
+        self.tokens.push(event);
+        if let Some(at) = self.options.stop.iter().filter_map(|s| self.text.find(s.as_str())).min() {
+            self.text.truncate(at);
+            self.finish = Some(FinishReason::StopString);
+        } else if flow == Flow::Stop {
+            self.finish = Some(FinishReason::Cancelled);
+        } else if self.position() >= self.options.max_tokens {
+            self.finish = Some(FinishReason::MaxTokens);
+        }
+        Ok(!self.is_done())
+    }
+
+    pub fn step(&mut self, step: &StepEvent) {
+        if !self.is_done() && self.sink.on_step(step) == Flow::Stop {
+            self.finish = Some(FinishReason::Cancelled);
+        }
+    }
+
+    pub fn decode_elapsed(&self) -> Duration {
+        self.decode_started.elapsed()
+    }
+
+    pub fn finish(mut self, stats: GenerationStats) -> Result<Generation> {
+        if self.finish != Some(FinishReason::StopString) {
+            self.text.push_str(&self.stream.flush()?);
+        }
+        Ok(Generation {
+            text: self.text,
+            tokens: self.tokens,
+            finish_reason: self.finish.unwrap_or(FinishReason::MaxTokens),
+            stats,
+        })
+    }
+}
+
+pub(crate) fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Prefill the prompt, leaving its last token to be fed by the first decoding step.
+/// Returns (tokens reused from the cache, prefill time).
+pub(crate) fn prefill_prompt(target: &mut CachedModel, prompt: &[u32]) -> Result<(usize, Duration)> {
+    check_context(prompt.len(), target.capacity())?;
+    let started = Instant::now();
+    let reused = common_prefix(target.cached_ids(), prompt).min(prompt.len() - 1);
+    target.prefill(&prompt[..prompt.len() - 1])?;
+    Ok((reused, started.elapsed()))
+}
+
+/// Plain decoding: one target pass per token. The reference for every exactness test.
+pub fn generate_plain(
+    target: &mut CachedModel,
+    tokenizer: &Tokenizer,
+    prompt: &[u32],
+    options: &GenerateOptions,
+    sink: &mut dyn TokenSink,
+) -> Result<Generation> {
+    options.sampling.validate()?;
+    let (cached, prefill) = prefill_prompt(target, prompt)?;
+    let mut sampler = Sampler::new(options.sampling.clone());
+    let mut reply = Reply::new(tokenizer, prompt, options, sink);
+    while !reply.is_done() {
+        if reply.context.len() >= target.capacity() {
+            reply.finish = Some(FinishReason::ContextFull);
+            break;
+        }
+        let logits = target.advance_to(&reply.context)?;
+        let choice = sampler.choose(&logits, &reply.context, reply.position());
+        reply.commit(choice.token, Source::Target, Some(choice.prob()), None)?;
+    }
+    let decode = reply.decode_elapsed();
+    let generated = reply.tokens.len();
+    let stats = GenerationStats {
+        prompt_tokens: prompt.len(),
+        cached_prompt_tokens: cached,
+        generated_tokens: generated,
+        prefill_ms: ms(prefill),
+        decode_ms: ms(decode),
+        tokens_per_second: generated as f64 / decode.as_secs_f64().max(1e-9),
+        speculative: None,
+    };
+    reply.finish(stats)
+}

@@ -1,0 +1,73 @@
+//! specula-engine: exact speculative decoding on GGUF models.
+//!
+//! A draft model proposes k tokens, the target scores them all in one forward pass, the
+//! longest prefix the target agrees with is kept, and the first rejected position is
+//! resampled from the target. The output is exactly the target's: greedy gives the same
+//! tokens, sampling the same distribution.
+//!
+//! The engine knows nothing of user interfaces or async runtimes: output goes to a
+//! [`TokenSink`], and a sink that answers [`Flow::Stop`] cancels the generation.
+
+pub mod attention;
+pub mod chat;
+pub mod device;
+pub mod error;
+pub mod generate;
+pub mod gguf;
+pub mod kv_cache;
+pub mod models;
+pub mod quant;
+pub mod sampling;
+pub mod session;
+pub mod speculative;
+pub mod tokenizer;
+
+pub use chat::{ChatTemplate, Message, Role};
+pub use error::{Error, Result};
+pub use generate::{
+    generate_plain, CachedModel, FinishReason, Flow, GenerateOptions, Generation, GenerationStats, NullSink, Source,
+    SpeculativeStats, StepEvent, TokenEvent, TokenSink,
+};
+pub use models::{CausalLm, ModelInfo};
+pub use sampling::{Mode, SamplingParams};
+pub use session::Session;
+pub use speculative::{generate_speculative, check_pair, DraftModel, Drafter, KSetting, SpeculativeOptions};
+pub use tokenizer::Tokenizer;
+
+use std::path::Path;
+
+/// Default KV cache size: long enough for a chat, small enough to preallocate
+/// (the 1.5B target needs 28 layers x 2 x 2 heads x 128 x 4 B = 57 KiB per position).
+pub const DEFAULT_CONTEXT: usize = 4096;
+
+/// Everything one GGUF file gives: the model, its tokenizer and its chat template.
+pub struct LoadedModel {
+    pub model: CachedModel,
+    pub tokenizer: Tokenizer,
+    pub template: ChatTemplate,
+    pub info: ModelInfo,
+}
+
+impl LoadedModel {
+    pub fn load(path: impl AsRef<Path>, device: &candle_core::Device, context: usize) -> Result<Self> {
+        let mut gguf = gguf::GgufFile::open(path)?;
+        let tokenizer = Tokenizer::from_gguf(&gguf)?;
+        let template = ChatTemplate::from_gguf(&gguf, tokenizer.bos_text(), tokenizer.eos_text())?;
+        let (model, info) = models::load_model(&mut gguf, device, context)?;
+        Ok(Self {
+            model: CachedModel::new(model),
+            tokenizer,
+            template,
+            info,
+        })
+    }
+
+    /// The prompt for a chat, as the model's template renders it.
+    pub fn chat_prompt(&self, messages: &[Message]) -> Result<Vec<u32>> {
+        self.tokenizer.encode(&self.template.render(messages)?)
+    }
+
+    pub fn generate(&mut self, prompt: &[u32], options: &GenerateOptions, sink: &mut dyn TokenSink) -> Result<Generation> {
+        generate_plain(&mut self.model, &self.tokenizer, prompt, options, sink)
+    }
+}

@@ -1,0 +1,265 @@
+//! The pre-norm decoder-only transformer shared by the Llama family (Llama, Mistral,
+//! SmolLM2, TinyLlama) and Qwen2: RMSNorm, rotary embeddings, grouped-query attention and a
+//! SwiGLU MLP. Each architecture file reads its hyperparameters and quirks (rotary layout,
+//! attention biases) into a [`DecoderConfig`]; the tensor names are llama.cpp's.
+//!
+//! Unlike candle-transformers' quantized models, `forward` scores every new position and the
+//! KV cache rolls back, which is what speculative verification needs.
+
+use super::{CausalLm, WeightSource};
+use crate::attention::causal_attention;
+use crate::error::{Error, Result};
+use crate::kv_cache::KvCache;
+use crate::quant::{dequantize_rows, QLinear};
+use candle_core::quantized::QTensor;
+use candle_core::{DType, Device, Tensor};
+use std::sync::Arc;
+
+/// How rotary embeddings pair the dimensions of a head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Pairs `(i, i + d/2)`: Qwen2 (llama.cpp's NEOX mode).
+    Neox,
+    /// Pairs `(2i, 2i + 1)`: Llama; llama.cpp's converter permutes q/k weights for it.
+    Interleaved,
+}
+
+#[derive(Debug, Clone)]
+pub struct DecoderConfig {
+    pub n_layer: usize,
+    pub n_head: usize,
+    pub n_kv_head: usize,
+    pub head_dim: usize,
+    pub hidden: usize,
+    pub rms_eps: f32,
+    pub rope_base: f32,
+    pub rope_style: RopeStyle,
+    /// Positions the model was trained on.
+    pub trained_context: usize,
+}
+
+struct Layer {
+    attn_norm: Tensor,
+    q: QLinear,
+    k: QLinear,
+    v: QLinear,
+    o: QLinear,
+    ffn_norm: Tensor,
+    gate: QLinear,
+    up: QLinear,
+    down: QLinear,
+    span: tracing::Span,
+}
+
+pub struct Decoder {
+    config: DecoderConfig,
+    /// `[vocab, hidden]`, quantized; rows are dequantized per token.
+    embed: Arc<QTensor>,
+    layers: Vec<Layer>,
+    norm: Tensor,
+    lm_head: QLinear,
+    /// `[capacity, rope_dim / 2]`
+    cos: Tensor,
+    /// `[capacity, rope_dim / 2]`
+    sin: Tensor,
+    caches: Vec<KvCache>,
+    vocab_size: usize,
+}
+
+impl Decoder {
+    /// Load the weights named as llama.cpp names them, with room for `capacity` positions.
+    pub fn load(
+        config: DecoderConfig,
+        weights: &mut dyn WeightSource,
+        device: &Device,
+        capacity: usize,
+    ) -> Result<Self> {
+        let embed = Arc::new(weights.quantized("token_embd.weight", device)?);
+        let vocab_size = embed.shape().dims2()?.0;
+        let lm_head = match weights.has("output.weight") {
+            true => QLinear::new(weights.quantized("output.weight", device)?, None)?,
+            // Tied embeddings: the lm_head shares the table.
+            false => QLinear::from_arc(embed.clone(), None)?,
+        };
+        let layers = (0..config.n_layer)
+            .map(|i| Layer::load(weights, &format!("blk.{i}"), device))
+            .collect::<Result<Vec<_>>>()?;
+        let rope_freqs = match weights.has("rope_freqs.weight") {
+            true => Some(weights.dense("rope_freqs.weight", device)?.to_vec1::<f32>()?),
+            false => None,
+        };
+        let (cos, sin) = rotary_tables(&config, rope_freqs.as_deref(), capacity, device)?;
+        let caches = (0..config.n_layer)
+            .map(|_| KvCache::new(config.n_kv_head, capacity, config.head_dim, device))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            norm: weights.dense("output_norm.weight", device)?,
+            config,
+            embed,
+            layers,
+            lm_head,
+            cos,
+            sin,
+            caches,
+            vocab_size,
+        })
+    }
+
+    pub fn config(&self) -> &DecoderConfig {
+        &self.config
+    }
+
+    fn run(&mut self, tokens: &[u32], all_positions: bool) -> Result<Tensor> {
+        let n = tokens.len();
+        let pos = self.len();
+        if n == 0 {
+            return Err(Error::InvalidSetting("forward needs at least one token".into()));
+        }
+        if pos + n > self.capacity() {
+            return Err(Error::ContextOverflow {
+                prompt_tokens: pos + n,
+                context: self.capacity(),
+                reserve: 0,
+            });
+        }
+        let device = self.norm.device().clone();
+        let mut x = dequantize_rows(&self.embed, tokens, &device)?;
+        let cos = self.cos.narrow(0, pos, n)?;
+        let sin = self.sin.narrow(0, pos, n)?;
+        for (layer, cache) in self.layers.iter().zip(self.caches.iter_mut()) {
+            x = layer.forward(&x, cache, pos, &cos, &sin, &self.config)?;
+        }
+        let x = if all_positions { x } else { x.narrow(0, n - 1, 1)? };
+        let x = candle_nn::ops::rms_norm(&x, &self.norm, self.config.rms_eps)?;
+        self.lm_head.forward(&x)
+    }
+
+    fn forward_or_rollback(&mut self, tokens: &[u32], all_positions: bool) -> Result<Tensor> {
+        let before = self.len();
+        let result = self.run(tokens, all_positions);
+        if result.is_err() {
+            // A failure part-way leaves some layers longer than others; forget the attempt.
+            self.truncate(before);
+        }
+        result
+    }
+}
+
+impl CausalLm for Decoder {
+    fn forward(&mut self, tokens: &[u32]) -> Result<Tensor> {
+        self.forward_or_rollback(tokens, true)
+    }
+
+    fn forward_last(&mut self, tokens: &[u32]) -> Result<Tensor> {
+        self.forward_or_rollback(tokens, false)
+    }
+
+    fn truncate(&mut self, len: usize) {
+        self.caches.iter_mut().for_each(|c| c.truncate(len));
+    }
+
+    fn len(&self) -> usize {
+        self.caches.first().map_or(0, KvCache::len)
+    }
+
+    fn capacity(&self) -> usize {
+        self.caches.first().map_or(0, KvCache::capacity)
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+}
+
+impl Layer {
+    fn load(weights: &mut dyn WeightSource, prefix: &str, device: &Device) -> Result<Self> {
+        let mut linear = |name: &str, bias: bool| -> Result<QLinear> {
+            let weight = weights.quantized(&format!("{prefix}.{name}.weight"), device)?;
+            let bias_name = format!("{prefix}.{name}.bias");
+            let bias = match bias && weights.has(&bias_name) {
+                true => Some(weights.dense(&bias_name, device)?),
+                false => None,
+            };
+            QLinear::new(weight, bias)
+        };
+        let (q, k, v, o) = (
+            linear("attn_q", true)?,
+            linear("attn_k", true)?,
+            linear("attn_v", true)?,
+            linear("attn_output", false)?,
+        );
+        let (gate, up, down) = (linear("ffn_gate", false)?, linear("ffn_up", false)?, linear("ffn_down", false)?);
+        Ok(Self {
+            attn_norm: weights.dense(&format!("{prefix}.attn_norm.weight"), device)?,
+            ffn_norm: weights.dense(&format!("{prefix}.ffn_norm.weight"), device)?,
+            q,
+            k,
+            v,
+            o,
+            gate,
+            up,
+            down,
+            span: tracing::trace_span!("layer", prefix),
+        })
+    }
+
+    /// `x`: `[n, hidden]` for positions `pos .. pos + n`; appends their keys and values.
+    fn forward(
+        &self,
+        x: &Tensor,
+        cache: &mut KvCache,
+        pos: usize,
+        cos: &Tensor,
+        sin: &Tensor,
+        cfg: &DecoderConfig,
+    ) -> Result<Tensor> {
+        let _enter = self.span.enter();
+        let n = x.dims2()?.0;
+        let h = candle_nn::ops::rms_norm(x, &self.attn_norm, cfg.rms_eps)?;
+        let heads = |t: Tensor, count: usize| -> Result<Tensor> {
+            // [n, count * d] -> [count, n, d]
+            Ok(t.reshape((n, count, cfg.head_dim))?.transpose(0, 1)?.contiguous()?)
+        };
+        let q = rotate(&heads(self.q.forward(&h)?, cfg.n_head)?, cos, sin, cfg.rope_style)?;
+        let k = rotate(&heads(self.k.forward(&h)?, cfg.n_kv_head)?, cos, sin, cfg.rope_style)?;
+        let v = heads(self.v.forward(&h)?, cfg.n_kv_head)?;
+        cache.append(&k, &v)?;
+        let attn = causal_attention(&q, cache, pos)?;
+        let x = (x + self.o.forward(&attn)?)?;
+        let h = candle_nn::ops::rms_norm(&x, &self.ffn_norm, cfg.rms_eps)?;
+        let gated = (candle_nn::ops::silu(&self.gate.forward(&h)?)? * self.up.forward(&h)?)?;
+        Ok((x + self.down.forward(&gated)?)?)
+    }
+}
+
+/// `x`: `[heads, n, d]`; `cos`, `sin`: `[n, d / 2]` for the same positions.
+fn rotate(x: &Tensor, cos: &Tensor, sin: &Tensor, style: RopeStyle) -> Result<Tensor> {
+    let x = x.unsqueeze(0)?;
+    let rotated = match style {
+        RopeStyle::Neox => candle_nn::rotary_emb::rope(&x, cos, sin)?,
+        RopeStyle::Interleaved => candle_nn::rotary_emb::rope_i(&x, cos, sin)?,
+    };
+    Ok(rotated.squeeze(0)?)
+}
+
+fn rotary_tables(
+    cfg: &DecoderConfig,
+    freq_factors: Option<&[f32]>,
+    capacity: usize,
+    device: &Device,
+) -> Result<(Tensor, Tensor)> {
+    let half = cfg.head_dim / 2;
+    let inv_freq: Vec<f32> = (0..half)
+        .map(|i| {
+            let base = 1f32 / cfg.rope_base.powf(2.0 * i as f32 / cfg.head_dim as f32);
+            // Llama 3.1's long-context scaling ships as per-frequency divisors.
+            base / freq_factors.and_then(|f| f.get(i)).copied().unwrap_or(1.0)
+        })
+        .collect();
+    let inv_freq = Tensor::from_vec(inv_freq, (1, half), device)?;
+    let positions = Tensor::arange(0u32, capacity as u32, device)?
+        .to_dtype(DType::F32)?
+        .reshape((capacity, 1))?;
+    let angles = positions.matmul(&inv_freq)?;
+    Ok((angles.cos()?.contiguous()?, angles.sin()?.contiguous()?))
+}

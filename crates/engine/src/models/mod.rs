@@ -1,0 +1,158 @@
+//! Causal language models: the [`CausalLm`] contract, one file per architecture, and loading
+//! from a GGUF file.
+
+pub mod decoder;
+pub mod llama;
+pub mod qwen2;
+
+use crate::error::{Error, Result};
+use crate::gguf::GgufFile;
+use crate::quant::{has_slow_cpu_kernel, with_fast_cpu_kernel};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+use std::collections::{BTreeMap, HashMap};
+
+/// A model with a KV cache that scores every new position and rolls back.
+pub trait CausalLm: Send {
+    /// Append `tokens` to the cache; logits for every new position, `[n, vocab]`.
+    fn forward(&mut self, tokens: &[u32]) -> Result<Tensor>;
+    /// Append `tokens` to the cache; logits for the last position only, `[1, vocab]`.
+    /// Prompt prefill uses this: the lm_head is the largest matmul of a pass.
+    fn forward_last(&mut self, tokens: &[u32]) -> Result<Tensor>;
+    /// Forget cached positions from `len` on.
+    fn truncate(&mut self, len: usize);
+    /// Cached positions.
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Positions the cache can hold.
+    fn capacity(&self) -> usize;
+    fn vocab_size(&self) -> usize;
+}
+
+/// Where a model's tensors come from: a GGUF file, or a map built in a test.
+pub trait WeightSource {
+    fn has(&self, name: &str) -> bool;
+    /// A weight to multiply by, in the type with the fastest kernel on `device`.
+    fn quantized(&mut self, name: &str, device: &Device) -> Result<QTensor>;
+    /// A small tensor (norms, biases), dequantized to f32.
+    fn dense(&mut self, name: &str, device: &Device) -> Result<Tensor> {
+        Ok(self.quantized(name, device)?.dequantize(device)?)
+    }
+}
+
+impl WeightSource for GgufFile {
+    fn has(&self, name: &str) -> bool {
+        self.has_tensor(name)
+    }
+
+    fn quantized(&mut self, name: &str, device: &Device) -> Result<QTensor> {
+        let tensor = self.tensor(name, device)?;
+        with_fast_cpu_kernel(tensor, device)
+    }
+
+    fn dense(&mut self, name: &str, device: &Device) -> Result<Tensor> {
+        Ok(self.tensor(name, device)?.dequantize(device)?)
+    }
+}
+
+/// Dense f32 tensors by llama.cpp name: how tests build small random models.
+impl WeightSource for HashMap<String, Tensor> {
+    fn has(&self, name: &str) -> bool {
+        self.contains_key(name)
+    }
+
+    fn quantized(&mut self, name: &str, device: &Device) -> Result<QTensor> {
+        Ok(QTensor::quantize(&self.dense(name, device)?, GgmlDType::F32)?)
+    }
+
+    fn dense(&mut self, name: &str, device: &Device) -> Result<Tensor> {
+        let t = self
+            .get(name)
+            .ok_or_else(|| Error::BadMetadata(format!("tensor `{name}` is missing")))?;
+        Ok(t.to_device(device)?)
+    }
+}
+
+pub const SUPPORTED_ARCHITECTURES: &[&str] = &["qwen2", "llama"];
+
+/// What a user sees about a model file.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ModelInfo {
+    pub name: String,
+    pub architecture: String,
+    pub parameters: u64,
+    /// The weight type holding most of the bytes, e.g. `Q4K`.
+    pub quantization: String,
+    pub file_bytes: u64,
+    pub vocab_size: usize,
+    pub trained_context: usize,
+    pub context: usize,
+    /// Weight types requantized at load for a faster kernel, e.g. `["Q5_0 -> Q8_0 (133 tensors)"]`.
+    pub requantized: Vec<String>,
+}
+
+/// Build the model a GGUF file describes, with a KV cache of `context` positions
+/// (capped at what the model was trained on).
+pub fn load_model(gguf: &mut GgufFile, device: &Device, context: usize) -> Result<(Box<dyn CausalLm>, ModelInfo)> {
+    let arch = gguf.architecture()?;
+    let config = match arch.as_str() {
+        "qwen2" => qwen2::config(gguf)?,
+        "llama" => llama::config(gguf)?,
+        _ => {
+            return Err(Error::UnsupportedArchitecture {
+                path: gguf.path().to_path_buf(),
+                arch,
+                supported: SUPPORTED_ARCHITECTURES.join(", "),
+            })
+        }
+    };
+    let context = context.min(config.trained_context).max(1);
+    let requantized = describe_requantization(gguf, device);
+    for line in &requantized {
+        tracing::info!("requantized {line} at load: candle has no SIMD kernel for the original type");
+    }
+    let model = decoder::Decoder::load(config.clone(), gguf, device, context)?;
+    let info = ModelInfo {
+        name: gguf.string("general.name").unwrap_or_else(|_| file_stem(gguf)),
+        architecture: arch,
+        parameters: gguf.content().tensor_infos.values().map(|t| t.shape.elem_count() as u64).sum(),
+        quantization: dominant_weight_type(gguf),
+        file_bytes: std::fs::metadata(gguf.path()).map(|m| m.len()).unwrap_or(0),
+        vocab_size: model.vocab_size(),
+        trained_context: config.trained_context,
+        context,
+        requantized,
+    };
+    Ok((Box::new(model), info))
+}
+
+fn file_stem(gguf: &GgufFile) -> String {
+    gguf.path().file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+fn dominant_weight_type(gguf: &GgufFile) -> String {
+    let mut bytes: BTreeMap<String, u64> = BTreeMap::new();
+    for info in gguf.content().tensor_infos.values() {
+        let size = info.shape.elem_count() as u64 / info.ggml_dtype.block_size() as u64 * info.ggml_dtype.type_size() as u64;
+        *bytes.entry(format!("{:?}", info.ggml_dtype)).or_default() += size;
+    }
+    bytes.into_iter().max_by_key(|(_, b)| *b).map(|(t, _)| t).unwrap_or_default()
+}
+
+fn describe_requantization(gguf: &GgufFile, device: &Device) -> Vec<String> {
+    if !device.is_cpu() {
+        return Vec::new();
+    }
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for info in gguf.content().tensor_infos.values() {
+        if has_slow_cpu_kernel(info.ggml_dtype) && info.shape.rank() == 2 {
+            *counts.entry(format!("{:?}", info.ggml_dtype)).or_default() += 1;
+        }
+    }
+    counts
+        .into_iter()
+        .map(|(t, n)| format!("{t} -> {:?} ({n} tensors)", GgmlDType::Q8_0))
+        .collect()
+}

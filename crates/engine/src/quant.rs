@@ -1,0 +1,238 @@
+//! Quantized weights and the matmul that multiplies by them.
+//!
+//! Exactness needs one property from every op of the forward pass: a row's result must not
+//! depend on which other rows share the call. Then verifying k+1 tokens in one pass gives
+//! bit-for-bit the logits of k+1 single-token passes, and greedy speculative output equals
+//! plain output by construction, not by luck at near-ties.
+//!
+//! candle's `QMatMul` on x86 picks different kernels by row count (for example Q6_K takes a
+//! repacked tile kernel only when m > 1), so its rows differ in the last bits between m = 1
+//! and m = 5. On the CPU we call candle's generic `k_quants::matmul` instead: it quantizes
+//! each activation row on its own and computes every (row, column) dot product the same way
+//! whatever m is, while still reading each weight block once per tile of rows.
+//! Other devices use `QMatMul`.
+
+use crate::error::{Error, Result};
+use candle_core::quantized::k_quants::{self, GgmlType};
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::{CpuStorage, CustomOp1, Device, Layout, Module, Shape, Tensor};
+use half::f16;
+use std::sync::Arc;
+
+/// Weight types whose candle CPU kernels are scalar (about 3x slower than their SIMD peers).
+/// They are requantized to Q8_0 at load, which has an AVX2/NEON kernel.
+pub fn has_slow_cpu_kernel(dtype: GgmlDType) -> bool {
+    matches!(dtype, GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1)
+}
+
+/// Requantize a weight whose CPU kernel is slow to Q8_0. Q8_0 keeps 8 bits for values that
+/// had 4 or 5, so the change to the weights is far below the original quantization error.
+pub fn with_fast_cpu_kernel(weight: QTensor, device: &Device) -> Result<QTensor> {
+    if !device.is_cpu() || !has_slow_cpu_kernel(weight.dtype()) {
+        return Ok(weight);
+    }
+    let dense = weight.dequantize(device)?;
+    Ok(QTensor::quantize(&dense, GgmlDType::Q8_0)?)
+}
+
+/// `y = x W^T (+ b)` with `W` kept quantized, `[out_features, in_features]`.
+#[derive(Clone)]
+pub struct QLinear {
+    weight: Arc<QTensor>,
+    /// Used off the CPU, where candle's kernels are the only ones.
+    qmatmul: QMatMul,
+    bias: Option<Tensor>,
+}
+
+impl QLinear {
+    pub fn new(weight: QTensor, bias: Option<Tensor>) -> Result<Self> {
+        Self::from_arc(Arc::new(weight), bias)
+    }
+
+    pub fn from_arc(weight: Arc<QTensor>, bias: Option<Tensor>) -> Result<Self> {
+        let qmatmul = QMatMul::from_arc(weight.clone())?;
+        Ok(Self {
+            weight,
+            qmatmul,
+            bias,
+        })
+    }
+
+    pub fn dtype(&self) -> GgmlDType {
+        self.weight.dtype()
+    }
+
+    /// `x`: `[.., in_features]` f32 → `[.., out_features]`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let y = if x.device().is_cpu() {
+            x.contiguous()?.apply_op1_no_bwd(&RowExactMatMul(&self.weight))?
+        } else {
+            self.qmatmul.forward(x)?
+        };
+        Ok(match &self.bias {
+            Some(bias) => y.broadcast_add(bias)?,
+            None => y,
+        })
+    }
+}
+
+struct RowExactMatMul<'a>(&'a QTensor);
+
+impl CustomOp1 for RowExactMatMul<'_> {
+    fn name(&self) -> &'static str {
+        "row-exact-qmatmul"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (n, k) = self.0.shape().dims2()?;
+        let dims = layout.shape().dims();
+        let Some((&last, batch)) = dims.split_last() else {
+            candle_core::bail!("matmul input has no dimensions")
+        };
+        if last != k {
+            candle_core::bail!("matmul input {dims:?} does not match weight [{n}, {k}]")
+        }
+        let m: usize = batch.iter().product();
+        let lhs = match storage {
+            CpuStorage::F32(data) => &data[layout.start_offset()..layout.start_offset() + m * k],
+            _ => candle_core::bail!("matmul input must be f32"),
+        };
+        let mut dst = vec![0f32; m * n];
+        let bytes = self.0.data()?;
+        let mkn = (m, k, n);
+        match self.0.dtype() {
+            GgmlDType::F32 => k_quants::matmul(mkn, lhs, blocks::<f32>(&bytes), &mut dst)?,
+            GgmlDType::F16 => k_quants::matmul(mkn, lhs, blocks::<f16>(&bytes), &mut dst)?,
+            GgmlDType::Q4_0 => k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ4_0>(&bytes), &mut dst)?,
+            GgmlDType::Q4_1 => k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ4_1>(&bytes), &mut dst)?,
+            GgmlDType::Q5_0 => k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ5_0>(&bytes), &mut dst)?,
+            GgmlDType::Q5_1 => k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ5_1>(&bytes), &mut dst)?,
+            GgmlDType::Q8_0 => k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ8_0>(&bytes), &mut dst)?,
+            GgmlDType::Q2K => k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ2K>(&bytes), &mut dst)?,
+            GgmlDType::Q3K => k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ3K>(&bytes), &mut dst)?,
+            GgmlDType::Q4K => k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ4K>(&bytes), &mut dst)?,
+            GgmlDType::Q5K => k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ5K>(&bytes), &mut dst)?,
+            GgmlDType::Q6K => k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ6K>(&bytes), &mut dst)?,
+            other => candle_core::bail!("no CPU matmul for weight type {other:?}"),
+        }
+        let mut out_dims = batch.to_vec();
+        out_dims.push(n);
+        Ok((CpuStorage::F32(dst), Shape::from(out_dims)))
+    }
+}
+
+/// Rows `ids` of a quantized `[rows, cols]` matrix, dequantized: the token embedding lookup.
+/// Dequantizing the whole table would cost 0.9 GB of f32 for a 151k vocabulary.
+pub fn dequantize_rows(weight: &QTensor, ids: &[u32], device: &Device) -> Result<Tensor> {
+    let (rows, cols) = weight.shape().dims2()?;
+    if let Some(&bad) = ids.iter().find(|&&id| id as usize >= rows) {
+        return Err(Error::InvalidSetting(format!("token id {bad} is outside the vocabulary of {rows}")));
+    }
+    if !matches!(weight.device(), Device::Cpu) {
+        let table = weight.dequantize(&weight.device())?;
+        let ids = Tensor::new(ids, &weight.device())?;
+        return Ok(table.index_select(&ids, 0)?.to_device(device)?);
+    }
+    let bytes = weight.data()?;
+    let mut out = vec![0f32; ids.len() * cols];
+    for (dst, &id) in out.chunks_exact_mut(cols).zip(ids) {
+        match weight.dtype() {
+            GgmlDType::F32 => row_to_float::<f32>(&bytes, id, dst),
+            GgmlDType::F16 => row_to_float::<f16>(&bytes, id, dst),
+            GgmlDType::Q4_0 => row_to_float::<k_quants::BlockQ4_0>(&bytes, id, dst),
+            GgmlDType::Q4_1 => row_to_float::<k_quants::BlockQ4_1>(&bytes, id, dst),
+            GgmlDType::Q5_0 => row_to_float::<k_quants::BlockQ5_0>(&bytes, id, dst),
+            GgmlDType::Q5_1 => row_to_float::<k_quants::BlockQ5_1>(&bytes, id, dst),
+            GgmlDType::Q8_0 => row_to_float::<k_quants::BlockQ8_0>(&bytes, id, dst),
+            GgmlDType::Q2K => row_to_float::<k_quants::BlockQ2K>(&bytes, id, dst),
+            GgmlDType::Q3K => row_to_float::<k_quants::BlockQ3K>(&bytes, id, dst),
+            GgmlDType::Q4K => row_to_float::<k_quants::BlockQ4K>(&bytes, id, dst),
+            GgmlDType::Q5K => row_to_float::<k_quants::BlockQ5K>(&bytes, id, dst),
+            GgmlDType::Q6K => row_to_float::<k_quants::BlockQ6K>(&bytes, id, dst),
+            other => return Err(Error::BadMetadata(format!("cannot dequantize weight type {other:?}"))),
+        }
+    }
+    Ok(Tensor::from_vec(out, (ids.len(), cols), device)?)
+}
+
+fn row_to_float<T: GgmlType>(bytes: &[u8], row: u32, dst: &mut [f32]) {
+    let per_row = dst.len() / T::BLCK_SIZE;
+    let all = blocks::<T>(bytes);
+    let start = row as usize * per_row;
+    T::to_float(&all[start..start + per_row], dst);
+}
+
+/// The quantized blocks behind a CPU `QTensor`'s bytes.
+fn blocks<T: GgmlType>(bytes: &[u8]) -> &[T] {
+    let ptr = bytes.as_ptr();
+    assert_eq!(ptr.align_offset(std::mem::align_of::<T>()), 0, "misaligned weight blocks");
+    // SAFETY: candle stores a CPU QTensor as a Vec<T> of its block type; `data()` hands back
+    // exactly those bytes, so they are aligned (checked above) and valid values of T.
+    unsafe { std::slice::from_raw_parts(ptr.cast::<T>(), bytes.len() / std::mem::size_of::<T>()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn random(shape: (usize, usize), seed: u64) -> Tensor {
+        let mut state = seed;
+        let data: Vec<f32> = (0..shape.0 * shape.1)
+            .map(|_| {
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((state >> 33) as f32 / (1u64 << 31) as f32) - 0.5
+            })
+            .collect();
+        Tensor::from_vec(data, shape, &Device::Cpu).unwrap()
+    }
+
+    #[test]
+    fn rows_do_not_depend_on_their_batch() {
+        for dtype in [GgmlDType::Q4K, GgmlDType::Q6K, GgmlDType::Q8_0, GgmlDType::Q4_0] {
+            let w = QTensor::quantize(&random((64, 512), 1), dtype).unwrap();
+            let linear = QLinear::new(w, None).unwrap();
+            let x = random((7, 512), 2);
+            let batched = linear.forward(&x).unwrap();
+            for row in 0..7 {
+                let single = linear.forward(&x.narrow(0, row, 1).unwrap()).unwrap();
+                let a: Vec<f32> = batched.get(row).unwrap().to_vec1().unwrap();
+                let b: Vec<f32> = single.get(0).unwrap().to_vec1().unwrap();
+                assert_eq!(a, b, "{dtype:?} row {row}");
+            }
+        }
+    }
+
+    #[test]
+    fn agrees_with_candle_qmatmul() {
+        for dtype in [GgmlDType::Q4K, GgmlDType::Q6K, GgmlDType::Q8_0] {
+            let w = QTensor::quantize(&random((64, 512), 3), dtype).unwrap();
+            let reference = QMatMul::from_qtensor(QTensor::quantize(&random((64, 512), 3), dtype).unwrap()).unwrap();
+            let x = random((5, 512), 4);
+            let ours: Vec<f32> = QLinear::new(w, None).unwrap().forward(&x).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+            let theirs: Vec<f32> = reference.forward(&x).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+            for (a, b) in ours.iter().zip(&theirs) {
+                assert!((a - b).abs() < 1e-3 * (1.0 + b.abs()), "{dtype:?}: {a} vs {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn embedding_rows_match_full_dequantization() {
+        let w = QTensor::quantize(&random((16, 256), 5), GgmlDType::Q4K).unwrap();
+        let full = w.dequantize(&Device::Cpu).unwrap();
+        let rows = dequantize_rows(&w, &[3, 0, 15], &Device::Cpu).unwrap();
+        for (i, id) in [3usize, 0, 15].iter().enumerate() {
+            let a: Vec<f32> = rows.get(i).unwrap().to_vec1().unwrap();
+            let b: Vec<f32> = full.get(*id).unwrap().to_vec1().unwrap();
+            assert_eq!(a, b);
+        }
+        assert!(dequantize_rows(&w, &[16], &Device::Cpu).is_err());
+    }
+
+    #[test]
+    fn slow_kernels_are_requantized_on_cpu_only() {
+        let w = QTensor::quantize(&random((8, 64), 6), GgmlDType::Q5_0).unwrap();
+        let fast = with_fast_cpu_kernel(w, &Device::Cpu).unwrap();
+        assert_eq!(fast.dtype(), GgmlDType::Q8_0);
+    }
+}

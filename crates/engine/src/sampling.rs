@@ -1,0 +1,347 @@
+//! Sampling settings as data, applied identically to the target's and the draft's logits so
+//! the speculative guarantee holds for the distribution the user asked for.
+
+use crate::error::{Error, Result};
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// The most likely token.
+    Greedy,
+    /// Random draws; speculative decoding keeps the target's distribution (Leviathan et al.).
+    Sample,
+    /// Gumbel-max sampling with noise fixed by (seed, position in the reply): target-distributed,
+    /// and token-identical to plain decoding with the same seed for any draft and any k.
+    #[default]
+    Reproducible,
+}
+
+impl std::str::FromStr for Mode {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "greedy" => Ok(Mode::Greedy),
+            "sample" => Ok(Mode::Sample),
+            "reproducible" => Ok(Mode::Reproducible),
+            _ => Err(Error::InvalidSetting(format!("mode `{s}`: expected greedy, sample or reproducible"))),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SamplingParams {
+    pub mode: Mode,
+    pub temperature: f32,
+    /// Keep the k most likely tokens; 0 keeps all.
+    pub top_k: usize,
+    /// Keep the smallest set whose probability reaches top_p; 1 keeps all.
+    pub top_p: f32,
+    /// Drop tokens below min_p times the most likely one's probability; 0 keeps all.
+    pub min_p: f32,
+    /// Divide positive logits (multiply negative ones) of tokens already seen; 1 is off.
+    pub repetition_penalty: f32,
+    pub seed: u64,
+}
+
+impl Default for SamplingParams {
+    /// llama.cpp's defaults, with reproducible sampling.
+    fn default() -> Self {
+        Self {
+            mode: Mode::Reproducible,
+            temperature: 0.8,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            repetition_penalty: 1.0,
+            seed: 42,
+        }
+    }
+}
+
+impl SamplingParams {
+    pub fn greedy() -> Self {
+        Self {
+            mode: Mode::Greedy,
+            ..Self::default()
+        }
+    }
+
+    /// Greedy when asked for, or when the temperature is zero.
+    pub fn effective_mode(&self) -> Mode {
+        if self.temperature <= 0.0 {
+            Mode::Greedy
+        } else {
+            self.mode
+        }
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        let bad = |what: String| Err(Error::InvalidSetting(what));
+        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
+            return bad(format!("temperature {} must be 0 or more", self.temperature));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return bad(format!("top_p {} must be in (0, 1]", self.top_p));
+        }
+        if !(0.0..1.0).contains(&self.min_p) {
+            return bad(format!("min_p {} must be in [0, 1)", self.min_p));
+        }
+        if !(self.repetition_penalty > 0.0 && self.repetition_penalty.is_finite()) {
+            return bad(format!("repetition_penalty {} must be positive", self.repetition_penalty));
+        }
+        Ok(())
+    }
+
+    /// Logits with the repetition penalty applied over the last 64 tokens of `history`
+    /// (llama.cpp's default window).
+    pub fn penalized(&self, logits: &[f32], history: &[u32]) -> Vec<f32> {
+        const WINDOW: usize = 64;
+        let mut logits = logits.to_vec();
+        if self.repetition_penalty != 1.0 {
+            let mut seen = std::collections::HashSet::new();
+            for &id in &history[history.len().saturating_sub(WINDOW)..] {
+                if let Some(l) = logits.get_mut(id as usize) {
+                    if seen.insert(id) {
+                        *l = if *l > 0.0 { *l / self.repetition_penalty } else { *l * self.repetition_penalty };
+                    }
+                }
+            }
+        }
+        logits
+    }
+
+    /// The distribution tokens are drawn from: penalty, temperature, top-k, top-p, min-p,
+    /// renormalised. In greedy mode it is the plain softmax (for display: p and q).
+    pub fn probabilities(&self, logits: &[f32], history: &[u32]) -> Vec<f32> {
+        let logits = self.penalized(logits, history);
+        if self.effective_mode() == Mode::Greedy {
+            return softmax(&logits, 1.0);
+        }
+        let mut probs = softmax(&logits, self.temperature);
+        truncate_distribution(&mut probs, self.top_k, self.top_p, self.min_p);
+        probs
+    }
+
+    /// The greedy token: argmax of the penalised logits (first index on ties).
+    pub fn greedy_token(&self, logits: &[f32], history: &[u32]) -> u32 {
+        argmax(&self.penalized(logits, history))
+    }
+}
+
+/// A token chosen under [`SamplingParams`], with the distribution it came from.
+pub struct Choice {
+    pub token: u32,
+    /// The distribution (see [`SamplingParams::probabilities`]).
+    pub probs: Vec<f32>,
+}
+
+impl Choice {
+    pub fn prob(&self) -> f32 {
+        self.probs[self.token as usize]
+    }
+}
+
+/// Chooses tokens the way the user asked: settings plus the random state of sample mode.
+pub struct Sampler {
+    pub params: SamplingParams,
+    rng: rand::rngs::StdRng,
+}
+
+impl Sampler {
+    pub fn new(params: SamplingParams) -> Self {
+        use rand::SeedableRng;
+        let rng = rand::rngs::StdRng::seed_from_u64(params.seed);
+        Self { params, rng }
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.params.effective_mode()
+    }
+
+    /// The token at reply `position` after `history`, given its logits.
+    pub fn choose(&mut self, logits: &[f32], history: &[u32], position: usize) -> Choice {
+        let probs = self.params.probabilities(logits, history);
+        let token = match self.mode() {
+            Mode::Greedy => self.params.greedy_token(logits, history),
+            Mode::Reproducible => gumbel_token(&probs, self.params.seed, position),
+            Mode::Sample => sample(&probs, &mut self.rng),
+        };
+        Choice { token, probs }
+    }
+
+    pub fn rng(&mut self) -> &mut rand::rngs::StdRng {
+        &mut self.rng
+    }
+}
+
+pub fn argmax(values: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in values.iter().enumerate() {
+        if v > values[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+pub fn softmax(logits: &[f32], temperature: f32) -> Vec<f32> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut probs: Vec<f32> = logits.iter().map(|&l| ((l - max) / temperature).exp()).collect();
+    let sum: f64 = probs.iter().map(|&p| p as f64).sum();
+    let inv = (1.0 / sum) as f32;
+    probs.iter_mut().for_each(|p| *p *= inv);
+    probs
+}
+
+/// Zero every token outside top-k, top-p and min-p, and renormalise.
+fn truncate_distribution(probs: &mut [f32], top_k: usize, top_p: f32, min_p: f32) {
+    let mut order: Vec<u32> = (0..probs.len() as u32).filter(|&i| probs[i as usize] > 0.0).collect();
+    let by_prob_desc = |a: &u32, b: &u32| probs[*b as usize].total_cmp(&probs[*a as usize]).then(a.cmp(b));
+    // Sorting 150k entries per position would dominate a step; the kept set is almost always
+    // small, so sort a growing head until it covers what top-k and top-p keep.
+    let mut head = if top_k > 0 { top_k } else { 64 };
+    loop {
+        head = head.min(order.len());
+        if head < order.len() {
+            order.select_nth_unstable_by(head, by_prob_desc);
+        }
+        order[..head].sort_unstable_by(by_prob_desc);
+        let mass: f64 = order[..head].iter().map(|&i| probs[i as usize] as f64).sum();
+        if head == order.len() || (top_k > 0 && head == top_k) || mass >= top_p as f64 {
+            break;
+        }
+        head *= 16;
+    }
+    let mut keep = head;
+    if top_p < 1.0 {
+        let mut mass = 0f64;
+        for (n, &i) in order[..head].iter().enumerate() {
+            mass += probs[i as usize] as f64;
+            if mass >= top_p as f64 {
+                keep = keep.min(n + 1);
+                break;
+            }
+        }
+    }
+    if min_p > 0.0 {
+        let floor = probs[order[0] as usize] * min_p;
+        keep = order[..keep].iter().take_while(|&&i| probs[i as usize] >= floor).count().max(1);
+    }
+    let mut kept = vec![0f32; probs.len()];
+    let mut total = 0f64;
+    for &i in &order[..keep] {
+        kept[i as usize] = probs[i as usize];
+        total += probs[i as usize] as f64;
+    }
+    let inv = (1.0 / total) as f32;
+    for (p, k) in probs.iter_mut().zip(kept) {
+        *p = k * inv;
+    }
+}
+
+/// A draw from `probs` (which sum to one).
+pub fn sample(probs: &[f32], rng: &mut impl Rng) -> u32 {
+    let u: f64 = rng.random();
+    let mut acc = 0f64;
+    let mut last_nonzero = 0;
+    for (i, &p) in probs.iter().enumerate() {
+        if p > 0.0 {
+            acc += p as f64;
+            last_nonzero = i;
+            if u < acc {
+                return i as u32;
+            }
+        }
+    }
+    last_nonzero as u32
+}
+
+/// Gumbel-max with noise fixed by (seed, position): `argmax_i log p_i + g_i`, computed as the
+/// equivalent exponential race `argmax_i ln(u_i) / p_i`. The noise depends only on the seed,
+/// the position in the reply and the token id, so a draft that proposes with it and a target
+/// that verifies with it agree exactly when their distributions pick the same token.
+pub fn gumbel_token(probs: &[f32], seed: u64, position: usize) -> u32 {
+    let mut best = (f64::NEG_INFINITY, 0u32);
+    for (i, &p) in probs.iter().enumerate() {
+        if p > 0.0 {
+            let u = uniform(seed, position as u64, i as u64);
+            let key = u.ln() / p as f64;
+            if key > best.0 {
+                best = (key, i as u32);
+            }
+        }
+    }
+    best.1
+}
+
+/// A counter-based uniform in (0, 1): splitmix64 over (seed, position, token).
+fn uniform(seed: u64, position: u64, token: u64) -> f64 {
+    let mut z = seed
+        .wrapping_add(position.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+        .wrapping_add(token.wrapping_mul(0xD1B5_4A32_D192_ED03));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    ((z >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    #[test]
+    fn top_k_top_p_min_p_keep_the_head() {
+        let logits: Vec<f32> = [4.0f32, 3.0, 2.0, 1.0, 0.0].iter().map(|x| x.ln()).collect();
+        // probs 0.4, 0.3, 0.2, 0.1, 0
+        let params = SamplingParams { temperature: 1.0, top_k: 0, top_p: 0.65, min_p: 0.0, ..Default::default() };
+        let p = params.probabilities(&logits, &[]);
+        assert!((p[0] - 4.0 / 7.0).abs() < 1e-6 && (p[1] - 3.0 / 7.0).abs() < 1e-6, "{p:?}");
+        assert_eq!(&p[2..], &[0.0, 0.0, 0.0]);
+        let params = SamplingParams { temperature: 1.0, top_k: 3, top_p: 1.0, min_p: 0.0, ..Default::default() };
+        let p = params.probabilities(&logits, &[]);
+        assert_eq!(p.iter().filter(|&&x| x > 0.0).count(), 3);
+        let params = SamplingParams { temperature: 1.0, top_k: 0, top_p: 1.0, min_p: 0.5, ..Default::default() };
+        let p = params.probabilities(&logits, &[]);
+        assert_eq!(p.iter().filter(|&&x| x > 0.0).count(), 3, "0.2 >= 0.4 * 0.5 stays: {p:?}");
+    }
+
+    #[test]
+    fn top_p_grows_the_sorted_head_when_needed() {
+        let logits = vec![0.0f32; 1000];
+        let params = SamplingParams { temperature: 1.0, top_k: 0, top_p: 0.5, min_p: 0.0, ..Default::default() };
+        let p = params.probabilities(&logits, &[]);
+        assert_eq!(p.iter().filter(|&&x| x > 0.0).count(), 500);
+    }
+
+    #[test]
+    fn repetition_penalty_lowers_seen_tokens() {
+        let params = SamplingParams { repetition_penalty: 2.0, ..SamplingParams::greedy() };
+        assert_eq!(params.greedy_token(&[2.0, 1.5, -1.0], &[0, 0]), 1);
+        assert_eq!(params.penalized(&[2.0, 1.5, -1.0], &[2]), vec![2.0, 1.5, -2.0]);
+    }
+
+    #[test]
+    fn gumbel_draws_follow_the_distribution() {
+        let probs = [0.5f32, 0.3, 0.2, 0.0];
+        let mut counts = [0usize; 4];
+        for position in 0..20_000 {
+            counts[gumbel_token(&probs, 7, position) as usize] += 1;
+        }
+        for (c, p) in counts.iter().zip(probs) {
+            assert!((*c as f32 / 20_000.0 - p).abs() < 0.015, "{counts:?}");
+        }
+        assert_eq!(gumbel_token(&probs, 7, 3), gumbel_token(&probs, 7, 3));
+    }
+
+    #[test]
+    fn sample_draws_follow_the_distribution() {
+        let probs = [0.1f32, 0.0, 0.9];
+        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+        let hits = (0..10_000).filter(|_| sample(&probs, &mut rng) == 2).count();
+        assert!((hits as f32 / 10_000.0 - 0.9).abs() < 0.02);
+    }
+}

@@ -1,0 +1,242 @@
+//! Choosing k each step from measured costs and acceptance.
+//!
+//! With per-token acceptance α, a step that drafts k tokens yields on average
+//! `E(k) = (1 - α^(k+1)) / (1 - α)` tokens (Leviathan et al. 2023) and costs
+//! `k·t_draft + t_verify(k+1)`. Auto picks the k in 0..=max with the most tokens per
+//! millisecond; k = 0 is plain decoding. Every cost is measured in this process.
+
+use serde::{Deserialize, Serialize};
+
+/// Largest draft length accepted anywhere (the CLI and UI call it k).
+pub const MAX_K: usize = 16;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KSetting {
+    Fixed(usize),
+    Auto { max: usize },
+}
+
+impl Default for KSetting {
+    fn default() -> Self {
+        KSetting::Auto { max: 8 }
+    }
+}
+
+impl std::str::FromStr for KSetting {
+    type Err = crate::Error;
+    fn from_str(s: &str) -> crate::Result<Self> {
+        if s == "auto" {
+            return Ok(KSetting::default());
+        }
+        match s.parse::<usize>() {
+            Ok(k) if (1..=MAX_K).contains(&k) => Ok(KSetting::Fixed(k)),
+            _ => Err(crate::Error::InvalidSetting(format!("k `{s}`: expected 1 to {MAX_K} or auto"))),
+        }
+    }
+}
+
+/// Weight of a new measurement in the running averages.
+const EMA: f64 = 0.3;
+/// Steps between probes of the option auto is not using (drafting, or plain).
+const PROBE_EVERY: usize = 24;
+
+#[derive(Debug, Clone, Default)]
+pub struct CostModel {
+    /// Running mean time of a target pass over n tokens, by n.
+    verify_ms: Vec<Option<f64>>,
+    /// Running mean time to draft one token.
+    draft_ms: Option<f64>,
+    /// Acceptance evidence: accepted drafts, and trials (draft positions examined).
+    hits: f64,
+    trials: f64,
+    since_plain: usize,
+    since_draft: usize,
+}
+
+fn ema(old: Option<f64>, new: f64) -> Option<f64> {
+    Some(old.map_or(new, |o| o + EMA * (new - o)))
+}
+
+impl CostModel {
+    pub fn new() -> Self {
+        Self {
+            verify_ms: vec![None; MAX_K + 2],
+            ..Self::default()
+        }
+    }
+
+    /// A target pass over `n` tokens took `ms`.
+    pub fn record_verify(&mut self, n: usize, ms: f64) {
+        if let Some(slot) = self.verify_ms.get_mut(n) {
+            *slot = ema(*slot, ms);
+        }
+        if n == 1 {
+            self.since_plain = 0;
+        } else {
+            self.since_plain += 1;
+        }
+    }
+
+    /// `k` drafts took `ms`, and the target kept `accepted` of them.
+    pub fn record_draft(&mut self, k: usize, accepted: usize, ms: f64) {
+        if k == 0 {
+            self.since_draft += 1;
+            return;
+        }
+        self.since_draft = 0;
+        self.draft_ms = ema(self.draft_ms, ms / k as f64);
+        // Geometric model: each kept draft is a success; the first rejection is one failure.
+        let (hits, trials) = (accepted as f64, (accepted + usize::from(accepted < k)) as f64);
+        self.hits = self.hits * (1.0 - EMA / 4.0) + hits;
+        self.trials = self.trials * (1.0 - EMA / 4.0) + trials;
+    }
+
+    /// Per-token acceptance, with a weak prior of 0.6 before evidence.
+    pub fn alpha(&self) -> f64 {
+        ((self.hits + 1.2) / (self.trials + 2.0)).clamp(0.0, 0.999)
+    }
+
+    /// The measured time of one plain target step.
+    pub fn plain_ms(&self) -> Option<f64> {
+        self.verify_ms[1]
+    }
+
+    pub fn draft_ms(&self) -> Option<f64> {
+        self.draft_ms
+    }
+
+    /// Time of a target pass over `n` tokens: measured, interpolated between measured sizes,
+    /// or extrapolated from the nearest measurement with a prior slope of 10% of a plain pass.
+    pub fn verify_cost(&self, n: usize) -> Option<f64> {
+        let t1 = self.plain_ms()?;
+        if let Some(Some(t)) = self.verify_ms.get(n) {
+            return Some(*t);
+        }
+        let below = (1..n).rev().find_map(|m| self.verify_ms[m].map(|t| (m, t)));
+        let above = (n + 1..self.verify_ms.len()).find_map(|m| self.verify_ms[m].map(|t| (m, t)));
+        Some(match (below, above) {
+            (Some((a, ta)), Some((b, tb))) => ta + (tb - ta) * (n - a) as f64 / (b - a) as f64,
+            (Some((a, ta)), None) => ta + 0.1 * t1 * (n - a) as f64,
+            _ => t1 * (1.0 + 0.1 * (n - 1) as f64),
+        })
+    }
+
+    /// Expected tokens per millisecond when drafting `k` (0: plain).
+    pub fn rate(&self, k: usize) -> Option<f64> {
+        let verify = self.verify_cost(k + 1)?;
+        let draft = if k == 0 { 0.0 } else { self.draft_ms? * k as f64 };
+        Some(expected_tokens(self.alpha(), k) / (draft + verify))
+    }
+
+    /// The k with the best expected rate given what has been measured.
+    pub fn best_k(&self, max: usize) -> usize {
+        (0..=max)
+            .filter_map(|k| self.rate(k).map(|r| (k, r)))
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .map_or(0, |(k, _)| k)
+    }
+
+    /// The draft length for the next step.
+    pub fn next_k(&self, setting: KSetting) -> usize {
+        // The first step of a reply is plain: it measures the plain rate at this context,
+        // which the speedup figure and auto's choice both need.
+        if self.plain_ms().is_none() {
+            return 0;
+        }
+        match setting {
+            KSetting::Fixed(k) => k,
+            KSetting::Auto { max } => {
+                if self.draft_ms.is_none() {
+                    return max.min(2);
+                }
+                let best = self.best_k(max);
+                if best == 0 && self.since_draft >= PROBE_EVERY {
+                    max.min(2)
+                } else if best > 0 && self.since_plain >= 4 * PROBE_EVERY {
+                    0
+                } else {
+                    best
+                }
+            }
+        }
+    }
+
+    /// Leviathan et al.'s expected speedup at draft length `k` from the measured acceptance
+    /// and cost ratio `c = t_draft / t_plain`: `(1 - α^(k+1)) / ((1 - α)(k·c + 1))`.
+    pub fn predicted_speedup(&self, k: f64) -> Option<f64> {
+        let c = self.cost_ratio()?;
+        let alpha = self.alpha();
+        Some((1.0 - alpha.powf(k + 1.0)) / ((1.0 - alpha) * (k * c + 1.0)))
+    }
+
+    pub fn cost_ratio(&self) -> Option<f64> {
+        Some(self.draft_ms? / self.plain_ms()?)
+    }
+}
+
+/// Mean tokens a step yields when drafting k with per-token acceptance alpha.
+pub fn expected_tokens(alpha: f64, k: usize) -> f64 {
+    (1.0 - alpha.powi(k as i32 + 1)) / (1.0 - alpha)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn measured(t1: f64, slope: f64, draft: f64, accepted_of_4: usize) -> CostModel {
+        let mut m = CostModel::new();
+        for n in 1..=9 {
+            m.record_verify(n, t1 + slope * (n - 1) as f64);
+        }
+        for _ in 0..40 {
+            m.record_draft(4, accepted_of_4, draft * 4.0);
+        }
+        m
+    }
+
+    #[test]
+    fn expected_tokens_worked_example() {
+        // alpha = 0.5, k = 2: 1 + 0.5 + 0.25
+        assert!((expected_tokens(0.5, 2) - 1.75).abs() < 1e-12);
+        assert_eq!(expected_tokens(0.0, 5), 1.0);
+    }
+
+    #[test]
+    fn cheap_accurate_drafts_choose_a_long_k() {
+        let m = measured(100.0, 3.0, 10.0, 4);
+        assert!(m.best_k(8) >= 4, "{}", m.best_k(8));
+    }
+
+    #[test]
+    fn slow_or_wrong_drafts_fall_back_to_plain() {
+        assert_eq!(measured(100.0, 3.0, 10.0, 0).best_k(8), 0, "nothing accepted");
+        assert_eq!(measured(100.0, 3.0, 90.0, 2).best_k(8), 0, "draft nearly as slow as the target");
+    }
+
+    #[test]
+    fn first_step_is_plain_then_probe() {
+        let mut m = CostModel::new();
+        assert_eq!(m.next_k(KSetting::Fixed(4)), 0);
+        m.record_verify(1, 100.0);
+        assert_eq!(m.next_k(KSetting::Fixed(4)), 4);
+        assert_eq!(m.next_k(KSetting::Auto { max: 8 }), 2, "probe before any draft is timed");
+    }
+
+    #[test]
+    fn verify_cost_interpolates_and_extrapolates() {
+        let mut m = CostModel::new();
+        m.record_verify(1, 100.0);
+        m.record_verify(5, 140.0);
+        assert_eq!(m.verify_cost(3), Some(120.0));
+        assert_eq!(m.verify_cost(7), Some(160.0));
+    }
+
+    #[test]
+    fn parses_k() {
+        assert_eq!("4".parse::<KSetting>().unwrap(), KSetting::Fixed(4));
+        assert_eq!("auto".parse::<KSetting>().unwrap(), KSetting::Auto { max: 8 });
+        assert!("0".parse::<KSetting>().is_err());
+        assert!("17".parse::<KSetting>().is_err());
+    }
+}

@@ -1,0 +1,82 @@
+//! Drafters propose tokens for the target to verify. A small draft model is one; prompt
+//! lookup (n-grams from the conversation) is another.
+
+use crate::error::Result;
+use crate::generate::CachedModel;
+use crate::sampling::Sampler;
+
+/// One proposed token and the drafter's distribution at its position (after the same
+/// sampling transforms as the target's); one-hot for deterministic drafters.
+#[derive(Debug, Clone)]
+pub struct Draft {
+    pub token: u32,
+    pub probs: Vec<f32>,
+}
+
+impl Draft {
+    pub fn prob(&self) -> f32 {
+        self.probs.get(self.token as usize).copied().unwrap_or(0.0)
+    }
+}
+
+pub trait Drafter {
+    fn name(&self) -> &str;
+    /// Get ready for a reply to `context` (the prompt), e.g. by prefilling a cache.
+    fn prefill(&mut self, context: &[u32]) -> Result<()>;
+    /// Up to `k` tokens continuing `context`; the first is at reply `position`.
+    fn propose(&mut self, context: &[u32], k: usize, sampler: &mut Sampler, position: usize) -> Result<Vec<Draft>>;
+    /// Only the first `n_past` tokens of the context are still valid.
+    fn rollback(&mut self, n_past: usize);
+    /// Positions held in the drafter's cache, if it has one.
+    fn cached_len(&self) -> usize {
+        0
+    }
+}
+
+/// A smaller model of the same vocabulary as the target.
+pub struct DraftModel {
+    model: CachedModel,
+}
+
+impl DraftModel {
+    pub fn new(model: CachedModel) -> Self {
+        Self { model }
+    }
+
+    pub fn into_inner(self) -> CachedModel {
+        self.model
+    }
+}
+
+impl Drafter for DraftModel {
+    fn name(&self) -> &str {
+        "model"
+    }
+
+    fn prefill(&mut self, context: &[u32]) -> Result<()> {
+        self.model.prefill(&context[..context.len().saturating_sub(1)])
+    }
+
+    fn propose(&mut self, context: &[u32], k: usize, sampler: &mut Sampler, position: usize) -> Result<Vec<Draft>> {
+        let room = self.model.capacity().saturating_sub(context.len());
+        let mut history = context.to_vec();
+        let mut drafts = Vec::with_capacity(k);
+        for i in 0..k.min(room) {
+            // The first call also feeds what the cache lacks: the last committed token, and
+            // the final draft of the previous step when all of them were accepted.
+            let logits = self.model.advance_to(&history)?;
+            let choice = sampler.choose(&logits, &history, position + i);
+            history.push(choice.token);
+            drafts.push(Draft { token: choice.token, probs: choice.probs });
+        }
+        Ok(drafts)
+    }
+
+    fn rollback(&mut self, n_past: usize) {
+        self.model.truncate(n_past);
+    }
+
+    fn cached_len(&self) -> usize {
+        self.model.len()
+    }
+}

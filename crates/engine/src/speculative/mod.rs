@@ -1,0 +1,263 @@
+//! Speculative decoding: draft k tokens, verify them in one target pass, keep the prefix the
+//! target agrees with, resample the first rejected position, roll both caches back.
+
+pub mod accept;
+pub mod adaptive;
+pub mod drafter;
+
+pub use accept::{accept_matching, accept_sampled, Outcome, SampledAccept};
+pub use adaptive::{CostModel, KSetting, MAX_K};
+pub use drafter::{Draft, DraftModel, Drafter};
+
+use crate::error::{Error, Result};
+use crate::generate::{check_context, ms, prefill_prompt, CachedModel, FinishReason, GenerateOptions, Generation, GenerationStats, Reply, Source, SpeculativeStats, StepEvent, TokenSink};
+use crate::sampling::{gumbel_token, Mode, Sampler};
+use crate::tokenizer::Tokenizer;
+use std::time::Instant;
+
+#[derive(Debug, Clone)]
+pub struct SpeculativeOptions {
+    pub k: KSetting,
+    /// The sample-mode rule; [`accept_sampled`] unless a test swaps in a broken one.
+    pub sampled_accept: SampledAccept,
+}
+
+impl Default for SpeculativeOptions {
+    fn default() -> Self {
+        Self {
+            k: KSetting::default(),
+            sampled_accept: accept_sampled,
+        }
+    }
+}
+
+/// Refuse a draft whose vocabulary differs from the target's: its token ids would mean other
+/// text, and verification would silently compare unrelated tokens.
+pub fn check_pair(target: &Tokenizer, draft: &Tokenizer) -> Result<()> {
+    let (t, d) = (target.vocab(), draft.vocab());
+    if let Some(id) = (0..t.len().min(d.len())).find(|&i| t[i] != d[i]) {
+        return Err(Error::IncompatibleDraft(format!(
+            "token {id} is {:?} in the target but {:?} in the draft (vocabularies of {} and {} tokens)",
+            t[id],
+            d[id],
+            t.len(),
+            d.len()
+        )));
+    }
+    if t.len() != d.len() {
+        return Err(Error::IncompatibleDraft(format!(
+            "the target has {} tokens and the draft {}; the first {} agree",
+            t.len(),
+            d.len(),
+            t.len().min(d.len())
+        )));
+    }
+    Ok(())
+}
+
+/// Running totals of a reply.
+#[derive(Default)]
+struct Totals {
+    drafted: usize,
+    accepted: usize,
+    passes: usize,
+    draft_ms: f64,
+    verify_ms: f64,
+    k_min: Option<usize>,
+    k_max: usize,
+    k_sum: usize,
+    drafting_steps: usize,
+}
+
+/// Generate a reply with `drafter` proposing and `target` verifying. The reply is exactly the
+/// target's: the same tokens as [`crate::generate_plain`] in greedy and reproducible modes,
+/// the same distribution in sample mode.
+pub fn generate_speculative(
+    target: &mut CachedModel,
+    drafter: &mut dyn Drafter,
+    tokenizer: &Tokenizer,
+    prompt: &[u32],
+    options: &GenerateOptions,
+    spec: &SpeculativeOptions,
+    sink: &mut dyn TokenSink,
+) -> Result<Generation> {
+    options.sampling.validate()?;
+    let started = Instant::now();
+    let mut costs = CostModel::new();
+    let cached = prefill_measuring_plain_step(target, prompt, &mut costs)?;
+    drafter.prefill(prompt)?;
+    let prefill = started.elapsed();
+    let mut sampler = Sampler::new(options.sampling.clone());
+    let mut reply = Reply::new(tokenizer, prompt, options, sink);
+    let mut totals = Totals::default();
+
+    while !reply.is_done() {
+        let room = target.capacity().saturating_sub(reply.context.len());
+        if room == 0 {
+            reply.finish = Some(FinishReason::ContextFull);
+            break;
+        }
+        let budget = options.max_tokens.saturating_sub(reply.position());
+        let k = costs.next_k(spec.k).min(room - 1).min(budget.saturating_sub(1));
+
+        // 1. draft
+        let t = Instant::now();
+        let drafts = if k > 0 { drafter.propose(&reply.context, k, &mut sampler, reply.position())? } else { Vec::new() };
+        let draft_ms = ms(t.elapsed());
+        let k = drafts.len();
+
+        // 2. verify: one target pass over [last, d1 .. dk]
+        let t = Instant::now();
+        let n_past = reply.context.len() - 1;
+        target.truncate(n_past);
+        let mut input = vec![reply.context[n_past]];
+        input.extend(drafts.iter().map(|d| d.token));
+        let logits = target.forward_all(&input)?;
+        let verify_ms = ms(t.elapsed());
+
+        // 3. accept
+        let (outcome, p) = verify(&mut sampler, &reply.context, reply.position(), &drafts, &logits, spec);
+
+        // 4. commit
+        for (draft, p_i) in drafts.iter().zip(&p).take(outcome.accepted) {
+            if !reply.commit(draft.token, Source::Accepted, Some(p_i[draft.token as usize]), Some(draft.prob()))? {
+                break;
+            }
+        }
+        let source = if drafts.is_empty() { Source::Target } else { outcome.next_source };
+        let q_next = drafts.get(outcome.accepted).map(|d| d.probs.get(outcome.next as usize).copied().unwrap_or(0.0));
+        reply.commit(outcome.next, source, Some(p[outcome.accepted][outcome.next as usize]), q_next)?;
+
+        // 5. rollback: both caches keep only committed tokens (the newest is fed next step).
+        let n_past = reply.context.len() - 1;
+        target.truncate(n_past);
+        drafter.rollback(n_past);
+        debug_assert_eq!(target.len(), n_past);
+        debug_assert!(drafter.cached_len() <= n_past);
+
+        costs.record_verify(input.len(), verify_ms);
+        costs.record_draft(k, outcome.accepted, draft_ms);
+        totals.record(k, outcome.accepted, draft_ms, verify_ms);
+        let step = step_event(&reply, &costs, &totals, k, outcome.accepted);
+        reply.step(&step);
+    }
+
+    let decode = reply.decode_elapsed();
+    let generated = reply.tokens.len();
+    let stats = GenerationStats {
+        prompt_tokens: prompt.len(),
+        cached_prompt_tokens: cached,
+        generated_tokens: generated,
+        prefill_ms: ms(prefill),
+        decode_ms: ms(decode),
+        tokens_per_second: generated as f64 / decode.as_secs_f64().max(1e-9),
+        speculative: Some(totals.summary(drafter.name(), &costs, generated, ms(decode))),
+    };
+    reply.finish(stats)
+}
+
+/// Prefill the prompt but its last token, feeding the one before that alone and timing it:
+/// a single-token target pass at this context, measured for free. The speedup figure and
+/// auto's choice of k both stand on it.
+fn prefill_measuring_plain_step(target: &mut CachedModel, prompt: &[u32], costs: &mut CostModel) -> Result<usize> {
+    let n = prompt.len();
+    check_context(n, target.capacity())?;
+    if n < 2 {
+        return Ok(prefill_prompt(target, prompt)?.0);
+    }
+    let (cached, _) = prefill_prompt(target, &prompt[..n - 1])?;
+    let t = Instant::now();
+    target.prefill(&prompt[..n - 1])?;
+    costs.record_verify(1, ms(t.elapsed()));
+    Ok(cached)
+}
+
+/// The target's distributions at the k+1 positions and the acceptance outcome.
+fn verify(
+    sampler: &mut Sampler,
+    context: &[u32],
+    position: usize,
+    drafts: &[Draft],
+    logits: &[Vec<f32>],
+    spec: &SpeculativeOptions,
+) -> (Outcome, Vec<Vec<f32>>) {
+    let mut history = context.to_vec();
+    let mut p = Vec::with_capacity(logits.len());
+    let mut choices = Vec::with_capacity(logits.len());
+    for (i, row) in logits.iter().enumerate() {
+        let probs = sampler.params.probabilities(row, &history);
+        choices.push(match sampler.mode() {
+            Mode::Greedy => sampler.params.greedy_token(row, &history),
+            Mode::Reproducible => gumbel_token(&probs, sampler.params.seed, position + i),
+            Mode::Sample => 0, // unused: sample mode draws below
+        });
+        p.push(probs);
+        if let Some(d) = drafts.get(i) {
+            history.push(d.token);
+        }
+    }
+    let tokens: Vec<u32> = drafts.iter().map(|d| d.token).collect();
+    let outcome = match sampler.mode() {
+        Mode::Greedy | Mode::Reproducible => accept_matching(&tokens, &choices),
+        Mode::Sample => {
+            let q: Vec<Vec<f32>> = drafts.iter().map(|d| d.probs.clone()).collect();
+            (spec.sampled_accept)(&tokens, &p, &q, sampler.rng())
+        }
+    };
+    (outcome, p)
+}
+
+impl Totals {
+    fn record(&mut self, k: usize, accepted: usize, draft_ms: f64, verify_ms: f64) {
+        self.passes += 1;
+        self.draft_ms += draft_ms;
+        self.verify_ms += verify_ms;
+        if k > 0 {
+            self.drafted += k;
+            self.accepted += accepted;
+            self.k_min = Some(self.k_min.map_or(k, |m| m.min(k)));
+            self.k_max = self.k_max.max(k);
+            self.k_sum += k;
+            self.drafting_steps += 1;
+        }
+    }
+
+    fn acceptance(&self) -> Option<f64> {
+        (self.drafted > 0).then(|| self.accepted as f64 / self.drafted as f64)
+    }
+
+    fn summary(&self, drafter: &str, costs: &CostModel, generated: usize, decode_ms: f64) -> SpeculativeStats {
+        let k_mean = if self.drafting_steps > 0 { self.k_sum as f64 / self.drafting_steps as f64 } else { 0.0 };
+        let plain = costs.plain_ms();
+        SpeculativeStats {
+            drafter: drafter.to_string(),
+            drafted: self.drafted,
+            accepted: self.accepted,
+            acceptance_rate: self.acceptance().unwrap_or(0.0),
+            target_passes: self.passes,
+            tokens_per_pass: generated as f64 / self.passes.max(1) as f64,
+            draft_ms: self.draft_ms,
+            verify_ms: self.verify_ms,
+            plain_ms_per_token: plain,
+            speedup_vs_plain: plain.map(|t1| t1 * generated as f64 / decode_ms.max(1e-9)),
+            predicted_speedup: (self.drafting_steps > 0).then(|| costs.predicted_speedup(k_mean)).flatten(),
+            cost_ratio: costs.cost_ratio(),
+            k_min: self.k_min.unwrap_or(0),
+            k_max: self.k_max,
+            k_mean,
+        }
+    }
+}
+
+fn step_event(reply: &Reply, costs: &CostModel, totals: &Totals, k: usize, accepted: usize) -> StepEvent {
+    let elapsed = reply.decode_elapsed().as_secs_f64().max(1e-9);
+    let generated = reply.tokens.len();
+    StepEvent {
+        k,
+        accepted,
+        generated,
+        tokens_per_second: generated as f64 / elapsed,
+        speedup_vs_plain: costs.plain_ms().map(|t1| t1 / 1000.0 * generated as f64 / elapsed),
+        acceptance_rate: totals.acceptance(),
+    }
+}

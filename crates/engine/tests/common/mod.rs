@@ -1,0 +1,44 @@
+//! Shared helpers for the integration tests: the real models fetched by
+//! `scripts/fetch-models.sh`, and the golden files copied into `tests/data`.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+pub const TARGET: &str = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf";
+pub const DRAFT: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
+pub const SMOLLM: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+pub const GEMMA: &str = "gemma-3-270m-q4_k_m.gguf";
+
+pub fn models_dir() -> PathBuf {
+    match std::env::var_os("SPECULA_MODELS_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/specula/models"),
+    }
+}
+
+/// A real model; the tests need them and fail loudly rather than skip.
+pub fn model(name: &str) -> PathBuf {
+    let path = models_dir().join(name);
+    assert!(path.exists(), "{} is missing: run scripts/fetch-models.sh", path.display());
+    path
+}
+
+pub fn golden(name: &str) -> serde_json::Value {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data").join(name);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The prompts of the exactness tests: code and prose.
+pub const PROMPTS: [&str; 10] = [
+    "Write a Python function that checks whether a string is a palindrome.",
+    "Write a Rust function that returns the n-th Fibonacci number.",
+    "Write a JavaScript function that removes duplicate values from an array.",
+    "Write a SQL query that finds the ten customers with the highest total order value.",
+    "Write a C function that reverses a linked list in place.",
+    "Explain what a hash map is in two sentences.",
+    "Write a haiku about the sea.",
+    "Describe the water cycle to a ten-year-old.",
+    "Give three tips for writing a good cover letter.",
+    "Explain why the sky is blue.",
+];

@@ -1,0 +1,129 @@
+//! Real GGUF models score every position and roll back.
+
+mod common;
+
+use candle_core::{Device, Tensor};
+use common::*;
+use specula_engine::gguf::GgufFile;
+use specula_engine::models::load_model;
+use specula_engine::CausalLm;
+
+fn load(name: &str) -> Box<dyn CausalLm> {
+    let mut gguf = GgufFile::open(model(name)).unwrap();
+    load_model(&mut gguf, &Device::Cpu, 512).unwrap().0
+}
+
+fn input(name: &str, len: usize) -> Vec<u32> {
+    // Real text in the model's own tokens, so the logits are those of ordinary use.
+    let gguf = GgufFile::open(model(name)).unwrap();
+    let tokenizer = specula_engine::Tokenizer::from_gguf(&gguf).unwrap();
+    let text = "fn main() {\n    let numbers = vec![1, 2, 3, 4, 5];\n    let total: i32 = numbers.iter().sum();\n    println!(\"The total is {}\", total);\n    for n in numbers.iter().filter(|n| *n % 2 == 0) {\n        println!(\"even: {n}\");\n    }\n}\n";
+    let ids = tokenizer.encode(text).unwrap();
+    assert!(ids.len() >= len, "{} tokens", ids.len());
+    ids[..len].to_vec()
+}
+
+fn rows(t: &Tensor) -> Vec<Vec<f32>> {
+    t.to_vec2().unwrap()
+}
+
+fn argmax(v: &[f32]) -> usize {
+    specula_engine::sampling::argmax(v) as usize
+}
+
+/// One forward over n tokens against n single-token forwards, at 20 spread positions.
+fn all_positions_match_single_steps(name: &str) {
+    let tokens = input(name, 60);
+    let mut model = load(name);
+    let batched = rows(&model.forward(&tokens).unwrap());
+    assert_eq!(batched.len(), 60);
+    model.truncate(0);
+    let mut single = Vec::new();
+    for &t in &tokens {
+        single.push(rows(&model.forward(&[t]).unwrap()).remove(0));
+    }
+    let positions: Vec<usize> = (0..20).map(|i| (i * 37 + 11) % 60).collect();
+    for &pos in &positions {
+        let (a, b) = (&batched[pos], &single[pos]);
+        let range = b.iter().copied().fold(f32::MIN, f32::max) - b.iter().copied().fold(f32::MAX, f32::min);
+        let diff = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+        assert!(diff <= 1e-3 * range, "{name} position {pos}: max diff {diff}, range {range}");
+        assert_eq!(argmax(a), argmax(b), "{name} position {pos}");
+        // Stronger than asked: every op is row-independent, so the logits are bit-identical.
+        assert_eq!(a, b, "{name} position {pos}: batched and single-step logits differ");
+    }
+}
+
+#[test]
+fn qwen2_scores_every_position() {
+    all_positions_match_single_steps(TARGET);
+}
+
+#[test]
+fn llama_scores_every_position() {
+    all_positions_match_single_steps(SMOLLM);
+}
+
+fn rollback_forgets_rejected_tokens(name: &str) {
+    let tokens = input(name, 40);
+    let (prefix, extra) = tokens.split_at(30);
+    let mut model = load(name);
+    model.forward(prefix).unwrap();
+    model.forward(extra).unwrap();
+    assert_eq!(model.len(), 40);
+    model.truncate(30);
+    assert_eq!(model.len(), 30);
+    let next = rows(&model.forward(&[tokens[5]]).unwrap()).remove(0);
+
+    let mut fresh = load(name);
+    fresh.forward(prefix).unwrap();
+    let expected = rows(&fresh.forward(&[tokens[5]]).unwrap()).remove(0);
+    assert_eq!(next, expected, "{name}: logits after rollback differ from a cache that never saw the extra tokens");
+}
+
+#[test]
+fn qwen2_rollback_is_exact() {
+    rollback_forgets_rejected_tokens(TARGET);
+}
+
+#[test]
+fn llama_rollback_is_exact() {
+    rollback_forgets_rejected_tokens(SMOLLM);
+}
+
+/// The last position against candle-transformers' own quantized model.
+fn check_against_reference(ours: &[f32], theirs: &[f32], what: &str) {
+    let range = theirs.iter().copied().fold(f32::MIN, f32::max) - theirs.iter().copied().fold(f32::MAX, f32::min);
+    let diff = ours.iter().zip(theirs).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    eprintln!("{what}: max |ours - candle| = {diff:.5} over a logit range of {range:.2}");
+    assert!(diff <= 1e-2 * range, "{what}: {diff} vs range {range}");
+    assert_eq!(argmax(ours), argmax(theirs), "{what}");
+}
+
+#[test]
+fn qwen2_last_position_matches_candle_transformers() {
+    let tokens = input(TARGET, 60);
+    let ours = rows(&load(TARGET).forward(&tokens).unwrap()).pop().unwrap();
+    let path = model(TARGET);
+    let mut file = std::fs::File::open(&path).unwrap();
+    let content = candle_core::quantized::gguf_file::Content::read(&mut file).unwrap();
+    let mut reference =
+        candle_transformers::models::quantized_qwen2::ModelWeights::from_gguf(content, &mut file, &Device::Cpu).unwrap();
+    let input = Tensor::new(tokens.as_slice(), &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+    let theirs: Vec<f32> = reference.forward(&input, 0).unwrap().squeeze(0).unwrap().to_vec1().unwrap();
+    check_against_reference(&ours, &theirs, "qwen2");
+}
+
+#[test]
+fn llama_last_position_matches_candle_transformers() {
+    let tokens = input(SMOLLM, 60);
+    let ours = rows(&load(SMOLLM).forward(&tokens).unwrap()).pop().unwrap();
+    let path = model(SMOLLM);
+    let mut file = std::fs::File::open(&path).unwrap();
+    let content = candle_core::quantized::gguf_file::Content::read(&mut file).unwrap();
+    let mut reference =
+        candle_transformers::models::quantized_llama::ModelWeights::from_gguf(content, &mut file, &Device::Cpu).unwrap();
+    let input = Tensor::new(tokens.as_slice(), &Device::Cpu).unwrap().unsqueeze(0).unwrap();
+    let theirs: Vec<f32> = reference.forward(&input, 0).unwrap().squeeze(0).unwrap().to_vec1().unwrap();
+    check_against_reference(&ours, &theirs, "llama");
+}

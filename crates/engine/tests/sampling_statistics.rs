@@ -1,0 +1,173 @@
+//! Sample mode keeps the target's distribution: over 20,000 replies from tiny random models
+//! (vocabulary 16, draft and target different), the joint distribution of the first three
+//! tokens matches the target's exact distribution (chi-square, p > 0.001). The same test
+//! rejects a deliberately wrong rule (accept every draft), which shows it has power.
+
+use candle_core::{Device, Tensor};
+use specula_engine::models::decoder::{Decoder, DecoderConfig, RopeStyle};
+use specula_engine::speculative::{accept_sampled, generate_speculative, DraftModel, KSetting, Outcome, SpeculativeOptions};
+use specula_engine::{CachedModel, GenerateOptions, Mode, NullSink, SamplingParams, Source, Tokenizer};
+use statrs::distribution::{ChiSquared, ContinuousCDF};
+use std::collections::HashMap;
+
+const VOCAB: usize = 16;
+const HIDDEN: usize = 16;
+const RUNS: usize = 20_000;
+const PROMPT: [u32; 2] = [3, 7];
+
+fn config() -> DecoderConfig {
+    DecoderConfig {
+        n_layer: 1,
+        n_head: 2,
+        n_kv_head: 1,
+        head_dim: 8,
+        hidden: HIDDEN,
+        rms_eps: 1e-5,
+        rope_base: 10_000.0,
+        rope_style: RopeStyle::Neox,
+        trained_context: 64,
+    }
+}
+
+fn random(shape: (usize, usize), scale: f32, state: &mut u64) -> Tensor {
+    let data: Vec<f32> = (0..shape.0 * shape.1)
+        .map(|_| {
+            *state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (((*state >> 33) as f32 / (1u64 << 31) as f32) - 0.5) * scale
+        })
+        .collect();
+    Tensor::from_vec(data, shape, &Device::Cpu).unwrap()
+}
+
+fn tiny_model(seed: u64) -> CachedModel {
+    let mut state = seed;
+    let ones = Tensor::ones(HIDDEN, candle_core::DType::F32, &Device::Cpu).unwrap();
+    let mut w: HashMap<String, Tensor> = HashMap::new();
+    w.insert("token_embd.weight".into(), random((VOCAB, HIDDEN), 2.0, &mut state));
+    w.insert("output.weight".into(), random((VOCAB, HIDDEN), 3.0, &mut state));
+    w.insert("output_norm.weight".into(), ones.clone());
+    w.insert("blk.0.attn_norm.weight".into(), ones.clone());
+    w.insert("blk.0.ffn_norm.weight".into(), ones);
+    for (name, shape) in [
+        ("attn_q", (16, HIDDEN)),
+        ("attn_k", (8, HIDDEN)),
+        ("attn_v", (8, HIDDEN)),
+        ("attn_output", (HIDDEN, 16)),
+        ("ffn_gate", (32, HIDDEN)),
+        ("ffn_up", (32, HIDDEN)),
+        ("ffn_down", (HIDDEN, 32)),
+    ] {
+        w.insert(format!("blk.0.{name}.weight"), random(shape, 1.0, &mut state));
+    }
+    CachedModel::new(Box::new(Decoder::load(config(), &mut w, &Device::Cpu, 16).unwrap()))
+}
+
+fn tokenizer() -> Tokenizer {
+    Tokenizer::from_vocab((0..VOCAB).map(|i| format!("t{i}")).collect()).unwrap()
+}
+
+/// The target's exact probability of every 3-token continuation, by enumeration.
+fn exact_joint(target: &mut CachedModel, params: &SamplingParams) -> Vec<f64> {
+    let mut joint = vec![0f64; VOCAB.pow(3)];
+    let probs = |model: &mut CachedModel, context: &[u32]| params.probabilities(&model.advance_to(context).unwrap(), context);
+    let p1 = probs(target, &PROMPT);
+    for a in 0..VOCAB {
+        if p1[a] == 0.0 {
+            continue;
+        }
+        let ctx_a = [PROMPT[0], PROMPT[1], a as u32];
+        let p2 = probs(target, &ctx_a);
+        for b in 0..VOCAB {
+            if p2[b] == 0.0 {
+                continue;
+            }
+            let p3 = probs(target, &[PROMPT[0], PROMPT[1], a as u32, b as u32]);
+            for c in 0..VOCAB {
+                joint[a * VOCAB * VOCAB + b * VOCAB + c] = p1[a] as f64 * p2[b] as f64 * p3[c] as f64;
+            }
+        }
+    }
+    joint
+}
+
+/// p-value of a chi-square goodness-of-fit test; cells expected below 5 are pooled.
+fn chi_square_p(counts: &[usize], expected: &[f64], runs: usize) -> f64 {
+    let (mut stat, mut cells) = (0f64, 0usize);
+    let (mut pooled_obs, mut pooled_exp) = (0f64, 0f64);
+    for (&o, &p) in counts.iter().zip(expected) {
+        let e = p * runs as f64;
+        if e >= 5.0 {
+            stat += (o as f64 - e).powi(2) / e;
+            cells += 1;
+        } else {
+            pooled_obs += o as f64;
+            pooled_exp += e;
+        }
+    }
+    if pooled_exp > 0.0 {
+        stat += (pooled_obs - pooled_exp).powi(2) / pooled_exp.max(1e-9);
+        cells += 1;
+    }
+    let p = 1.0 - ChiSquared::new((cells - 1) as f64).unwrap().cdf(stat);
+    eprintln!("chi-square {stat:.1} over {cells} cells: p = {p:.4}");
+    p
+}
+
+fn always_accept(drafts: &[u32], p: &[Vec<f32>], _q: &[Vec<f32>], rng: &mut rand::rngs::StdRng) -> Outcome {
+    Outcome {
+        accepted: drafts.len(),
+        next: specula_engine::sampling::sample(&p[drafts.len()], rng),
+        next_source: Source::Bonus,
+    }
+}
+
+fn speculative_p_value(params: SamplingParams, spec: SpeculativeOptions) -> f64 {
+    let mut target = tiny_model(1);
+    let mut draft = DraftModel::new(tiny_model(2));
+    let tokenizer = tokenizer();
+    let expected = exact_joint(&mut target, &params);
+    let mut counts = vec![0usize; VOCAB.pow(3)];
+    let mut sources: HashMap<String, usize> = HashMap::new();
+    for run in 0..RUNS {
+        let options = GenerateOptions {
+            max_tokens: 3,
+            sampling: SamplingParams { seed: run as u64, ..params.clone() },
+            stop: vec![],
+        };
+        let g = generate_speculative(&mut target, &mut draft, &tokenizer, &PROMPT, &options, &spec, &mut NullSink).unwrap();
+        let ids: Vec<usize> = g.tokens.iter().map(|t| t.id as usize).collect();
+        assert_eq!(ids.len(), 3);
+        counts[ids[0] * VOCAB * VOCAB + ids[1] * VOCAB + ids[2]] += 1;
+        for t in &g.tokens {
+            *sources.entry(format!("{:?}", t.source)).or_default() += 1;
+        }
+    }
+    eprintln!("provenance: {sources:?}");
+    assert!(sources.get("Accepted").copied().unwrap_or(0) > RUNS / 10, "the drafts must be exercised");
+    assert!(sources.get("Resampled").copied().unwrap_or(0) > RUNS / 20, "rejections must be exercised");
+    chi_square_p(&counts, &expected, RUNS)
+}
+
+fn sample_params(top_p: f32) -> SamplingParams {
+    SamplingParams { mode: Mode::Sample, temperature: 1.0, top_k: 0, top_p, min_p: 0.0, repetition_penalty: 1.0, seed: 0 }
+}
+
+fn exact() -> SpeculativeOptions {
+    SpeculativeOptions { k: KSetting::Fixed(2), sampled_accept: accept_sampled }
+}
+
+#[test]
+fn sample_mode_is_target_distributed_at_temperature_one() {
+    assert!(speculative_p_value(sample_params(1.0), exact()) > 0.001);
+}
+
+#[test]
+fn sample_mode_is_target_distributed_at_top_p() {
+    assert!(speculative_p_value(sample_params(0.8), exact()) > 0.001);
+}
+
+#[test]
+fn the_test_rejects_a_verifier_that_accepts_everything() {
+    let broken = SpeculativeOptions { k: KSetting::Fixed(2), sampled_accept: always_accept };
+    assert!(speculative_p_value(sample_params(1.0), broken) < 0.001);
+}

@@ -1,0 +1,78 @@
+//! The GGUF tokenizer against ids from an independent implementation (llama.cpp).
+
+mod common;
+
+use common::*;
+use specula_engine::gguf::GgufFile;
+use specula_engine::Tokenizer;
+
+fn tokenizer(name: &str) -> Tokenizer {
+    Tokenizer::from_gguf(&GgufFile::open(model(name)).unwrap()).unwrap()
+}
+
+fn golden_cases(name: &str) -> Vec<(String, Vec<u32>)> {
+    let golden = golden("tokenize.json");
+    let cases = golden["models"][name].as_array().unwrap_or_else(|| panic!("no golden ids for {name}"));
+    cases
+        .iter()
+        .map(|c| {
+            let ids = c["ids"].as_array().unwrap().iter().map(|i| i.as_u64().unwrap() as u32).collect();
+            (c["text"].as_str().unwrap().to_string(), ids)
+        })
+        .collect()
+}
+
+fn matches_golden_and_round_trips(name: &str) {
+    let tok = tokenizer(name);
+    let cases = golden_cases(name);
+    assert!(cases.len() >= 5);
+    for (text, ids) in cases {
+        assert_eq!(tok.encode(&text).unwrap(), ids, "{name}: {text:?}");
+        assert_eq!(tok.decode(&ids).unwrap(), text, "{name}: decode(encode(s)) != s");
+    }
+}
+
+#[test]
+fn qwen_matches_llama_cpp() {
+    matches_golden_and_round_trips(TARGET);
+}
+
+#[test]
+fn smollm2_matches_llama_cpp() {
+    matches_golden_and_round_trips(SMOLLM);
+}
+
+#[test]
+fn special_tokens_are_never_split() {
+    let tok = tokenizer(TARGET);
+    let ids = tok.encode("<|im_start|>user\nhi<|im_end|>").unwrap();
+    assert_eq!(ids[0], 151644);
+    assert_eq!(*ids.last().unwrap(), 151645);
+    assert!(tok.is_stop(151645), "<|im_end|> ends a turn");
+}
+
+#[test]
+fn streaming_never_emits_half_a_character() {
+    let tok = tokenizer(TARGET);
+    for text in ["こんにちは世界 🌍🚀✨ 👩‍💻", "naïve café — déjà vu", "你好，世界！"] {
+        let ids = tok.encode(text).unwrap();
+        let mut stream = tok.stream();
+        let mut out = String::new();
+        for &id in &ids {
+            let piece = stream.push(id).unwrap();
+            assert!(!piece.contains('\u{FFFD}'), "{text:?}: emitted a partial character");
+            out.push_str(&piece);
+        }
+        out.push_str(&stream.flush().unwrap());
+        assert_eq!(out, text);
+    }
+}
+
+#[test]
+fn qwen_pair_shares_a_vocabulary() {
+    let (target, draft, smol) = (tokenizer(TARGET), tokenizer(DRAFT), tokenizer(SMOLLM));
+    specula_engine::check_pair(&target, &draft).unwrap();
+    let err = specula_engine::check_pair(&target, &smol).unwrap_err().to_string();
+    assert!(err.contains("token 0") || err.contains("token"), "{err}");
+    eprintln!("{err}");
+}
