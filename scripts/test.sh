@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Every test, from a fresh machine: fetch the real models (cached under ~/.cache), then
-# formatting, lints, unit and integration tests of the engine and the CLI.
+# formatting, lints, the Rust unit and integration tests, and the server's tests with the
+# official OpenAI client (Node.js).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
 
 scripts/fetch-models.sh all
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
-# Integration tests run real models; one test binary at a time keeps two models in memory at most
-# and lets each test use both cores.
+# Integration tests run real models; one test at a time keeps memory low and lets each
+# test use both cores.
 cargo test --workspace -- --test-threads=1
+
+cargo build -p specula-cli
+(cd tests/server && npm ci --no-audit --no-fund && SPECULA_BIN="$target_dir/debug/specula" npm test)

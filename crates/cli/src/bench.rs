@@ -17,7 +17,7 @@ pub struct BenchArgs {
     #[command(flatten)]
     model: ModelArgs,
     /// Draft lengths to compare, e.g. 1,2,4,8,auto.
-    #[arg(long = "ks", value_delimiter = ',', default_value = "1,2,4,8,auto")]
+    #[arg(long = "k", value_delimiter = ',', default_value = "1,2,4,8,auto")]
     ks: Vec<KSetting>,
     /// JSON list of {"kind", "prompt"}; the built-in set has 10 code and 10 prose prompts.
     #[arg(long)]
@@ -79,8 +79,46 @@ struct Report<'a> {
     draft: String,
     max_tokens: usize,
     threads: usize,
+    forward_costs: &'a [ForwardCost],
     runs: &'a [Run],
     summary: &'a [Summary],
+}
+
+/// Median time of a target pass over n tokens (all logits), and its ratio to n = 1.
+#[derive(Serialize)]
+struct ForwardCost {
+    n: usize,
+    ms: f64,
+    ratio: f64,
+}
+
+/// Verification cost by size: a pass over n tokens at a ~100-token context, then rolled back.
+fn forward_costs(session: &mut specula_engine::Session) -> Result<Vec<ForwardCost>, String> {
+    const REPEATS: usize = 5;
+    let context: Vec<u32> = session
+        .target
+        .tokenizer
+        .encode(&"The quick brown fox jumps over the lazy dog. ".repeat(10))
+        .map_err(|e| e.to_string())?;
+    let model = &mut session.target.model;
+    model.prefill(&context).map_err(|e| e.to_string())?;
+    let mut costs: Vec<ForwardCost> = Vec::new();
+    for n in [1, 2, 3, 5, 9, 17] {
+        let mut times = Vec::with_capacity(REPEATS);
+        for _ in 0..REPEATS {
+            let started = std::time::Instant::now();
+            model
+                .forward_all(&context[..n])
+                .map_err(|e| e.to_string())?;
+            times.push(started.elapsed().as_secs_f64() * 1000.0);
+            model.truncate(context.len());
+        }
+        times.sort_by(f64::total_cmp);
+        let ms = times[REPEATS / 2];
+        let ratio = costs.first().map_or(1.0, |one| ms / one.ms);
+        costs.push(ForwardCost { n, ms, ratio });
+    }
+    Ok(costs)
 }
 
 fn k_label(k: &KSetting) -> String {
@@ -91,11 +129,21 @@ fn k_label(k: &KSetting) -> String {
 }
 
 pub fn bench(args: BenchArgs) -> CliResult {
-    if args.model.draft.is_none() {
-        return Err("bench compares against a draft: give --draft".into());
+    if args.model.draft.is_none() && args.model.drafter != Some(specula_engine::DrafterKind::Lookup)
+    {
+        return Err(
+            "bench compares plain with speculative decoding: give --draft or --drafter lookup"
+                .into(),
+        );
     }
     let prompts = load_prompts(&args)?;
     let mut session = open_session(&args.model)?;
+    let costs = forward_costs(&mut session)?;
+    println!("| target pass over n tokens | ms | x one token |\n|---|---|---|");
+    for c in &costs {
+        println!("| {} | {:.1} | {:.2} |", c.n, c.ms, c.ratio);
+    }
+    println!();
     let options = GenerateOptions {
         max_tokens: args.max_tokens,
         sampling: SamplingParams::greedy(),
@@ -108,9 +156,13 @@ pub fn bench(args: BenchArgs) -> CliResult {
             .map_err(|e| e.to_string())?;
         for k in &args.ks {
             // Plain and speculative back to back, per k, so both see the same machine state.
-            let plain = session.generate_plain(&prompt, &options, &mut NullSink).map_err(|e| e.to_string())?;
+            let plain = session
+                .generate_plain(&prompt, &options, &mut NullSink)
+                .map_err(|e| e.to_string())?;
             session.speculative.k = *k;
-            let spec = session.generate(&prompt, &options, &mut NullSink).map_err(|e| e.to_string())?;
+            let spec = session
+                .generate(&prompt, &options, &mut NullSink)
+                .map_err(|e| e.to_string())?;
             let run = record(item, k, &plain, &spec);
             eprintln!(
                 "[{}/{}] {:5} k={:4} plain {:5.2} tok/s  spec {:5.2} tok/s  {:.2}x  accepted {}/{}{}",
@@ -133,9 +185,15 @@ pub fn bench(args: BenchArgs) -> CliResult {
     if let Some(path) = &args.json {
         let report = Report {
             model: args.model.model.display().to_string(),
-            draft: args.model.draft.as_ref().map(|d| d.display().to_string()).unwrap_or_default(),
+            draft: args
+                .model
+                .draft
+                .as_ref()
+                .map(|d| d.display().to_string())
+                .unwrap_or_default(),
             max_tokens: args.max_tokens,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            forward_costs: &costs,
             runs: &runs,
             summary: &summary,
         };
@@ -150,10 +208,13 @@ pub fn bench(args: BenchArgs) -> CliResult {
 
 fn load_prompts(args: &BenchArgs) -> Result<Vec<BenchPrompt>, String> {
     let text = match &args.prompts {
-        Some(path) => std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?,
+        Some(path) => {
+            std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?
+        }
         None => DEFAULT_PROMPTS.to_string(),
     };
-    let all: Vec<BenchPrompt> = serde_json::from_str(&text).map_err(|e| format!("prompt set: {e}"))?;
+    let all: Vec<BenchPrompt> =
+        serde_json::from_str(&text).map_err(|e| format!("prompt set: {e}"))?;
     let mut taken: std::collections::HashMap<String, usize> = Default::default();
     let chosen: Vec<BenchPrompt> = all
         .into_iter()
@@ -207,15 +268,20 @@ fn summarise(runs: &[Run]) -> Vec<Summary> {
     groups
         .into_iter()
         .map(|(kind, k)| {
-            let rs: Vec<&Run> = runs.iter().filter(|r| (kind == "all" || r.kind == kind) && r.k == k).collect();
+            let rs: Vec<&Run> = runs
+                .iter()
+                .filter(|r| (kind == "all" || r.kind == kind) && r.k == k)
+                .collect();
             let sum = |f: fn(&Run) -> f64| rs.iter().map(|r| f(r)).sum::<f64>();
             let plain_tps = sum(|r| r.plain_tokens as f64) / (sum(|r| r.plain_ms) / 1000.0);
             let spec_tps = sum(|r| r.spec_tokens as f64) / (sum(|r| r.spec_ms) / 1000.0);
             let predicted: Vec<f64> = rs.iter().filter_map(|r| r.predicted_speedup).collect();
             Summary {
                 acceptance: sum(|r| r.accepted as f64) / sum(|r| r.drafted as f64).max(1.0),
-                tokens_per_pass: sum(|r| r.spec_tokens as f64) / sum(|r| r.target_passes as f64).max(1.0),
-                predicted_speedup: (!predicted.is_empty()).then(|| predicted.iter().sum::<f64>() / predicted.len() as f64),
+                tokens_per_pass: sum(|r| r.spec_tokens as f64)
+                    / sum(|r| r.target_passes as f64).max(1.0),
+                predicted_speedup: (!predicted.is_empty())
+                    .then(|| predicted.iter().sum::<f64>() / predicted.len() as f64),
                 k_range: format!(
                     "{}-{}",
                     rs.iter().map(|r| r.k_min).min().unwrap_or(0),
@@ -247,7 +313,8 @@ fn print_table(summary: &[Summary]) {
             s.speedup,
             s.acceptance * 100.0,
             s.tokens_per_pass,
-            s.predicted_speedup.map_or("n/a".into(), |p| format!("{p:.2}x")),
+            s.predicted_speedup
+                .map_or("n/a".into(), |p| format!("{p:.2}x")),
             s.k_range,
             s.identical
         );

@@ -6,12 +6,16 @@ mod run;
 
 use clap::{Args, Parser, Subcommand};
 use specula_engine::sampling::{Mode, SamplingParams};
-use specula_engine::speculative::KSetting;
+use specula_engine::DrafterKind;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "specula", version, about = "Local LLMs, faster: exact speculative decoding on GGUF models")]
+#[command(
+    name = "specula",
+    version,
+    about = "Local LLMs, faster: exact speculative decoding on GGUF models"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -27,6 +31,8 @@ enum Command {
     Tokenize(run::TokenizeArgs),
     /// Plain vs speculative decoding, side by side on a prompt set.
     Bench(bench::BenchArgs),
+    /// An OpenAI-compatible HTTP server (and the web UI with --ui).
+    Serve(run::ServeArgs),
 }
 
 /// Model, draft and device options shared by the commands that decode.
@@ -38,9 +44,10 @@ pub struct ModelArgs {
     /// Draft model (.gguf) with the target's vocabulary; enables speculative decoding.
     #[arg(long)]
     pub draft: Option<PathBuf>,
-    /// Draft length: 1-16, or auto to choose per step from measured costs.
-    #[arg(long, default_value = "auto")]
-    pub k: KSetting,
+    /// Who drafts: model (the --draft model), lookup (n-grams from the conversation) or none.
+    /// Default: model when --draft is given, none otherwise.
+    #[arg(long)]
+    pub drafter: Option<DrafterKind>,
     /// KV cache size in tokens (capped at the model's trained context).
     #[arg(long, default_value_t = specula_engine::DEFAULT_CONTEXT)]
     pub ctx: usize,
@@ -94,7 +101,8 @@ impl SamplingArgs {
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SPECULA_LOG").unwrap_or_else(|_| "warn".into()),
+            tracing_subscriber::EnvFilter::try_from_env("SPECULA_LOG")
+                .unwrap_or_else(|_| "warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -104,6 +112,7 @@ fn main() -> ExitCode {
         Command::Chat(args) => run::chat(args),
         Command::Tokenize(args) => run::tokenize(args),
         Command::Bench(args) => bench::bench(args),
+        Command::Serve(args) => run::serve(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

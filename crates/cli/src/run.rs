@@ -2,8 +2,9 @@
 
 use crate::{ModelArgs, SamplingArgs};
 use clap::Args;
+use specula_engine::speculative::KSetting;
 use specula_engine::{
-    device, Flow, GenerateOptions, Generation, Message, Session, Source, StepEvent, TokenEvent, TokenSink,
+    device, Flow, GenerateOptions, Generation, Message, Session, Source, TokenEvent, TokenSink,
 };
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
@@ -12,10 +13,17 @@ use std::path::PathBuf;
 pub struct GenerateArgs {
     #[command(flatten)]
     model: ModelArgs,
+    /// Draft length: 1-16, or auto to choose it per step from measured costs.
+    #[arg(long, default_value = "auto")]
+    k: KSetting,
     #[command(flatten)]
     sampling: SamplingArgs,
     /// The user's message (or, with --raw, the whole prompt).
-    #[arg(long, conflicts_with = "prompt_file", required_unless_present = "prompt_file")]
+    #[arg(
+        long,
+        conflicts_with = "prompt_file",
+        required_unless_present = "prompt_file"
+    )]
     prompt: Option<String>,
     /// Read the prompt from a file.
     #[arg(long)]
@@ -35,10 +43,36 @@ pub struct GenerateArgs {
 pub struct ChatArgs {
     #[command(flatten)]
     model: ModelArgs,
+    /// Draft length: 1-16, or auto to choose it per step from measured costs.
+    #[arg(long, default_value = "auto")]
+    k: KSetting,
     #[command(flatten)]
     sampling: SamplingArgs,
     #[arg(long)]
     system: Option<String>,
+}
+
+#[derive(Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Draft length: 1-16, or auto.
+    #[arg(long, default_value = "auto")]
+    k: KSetting,
+    /// Loopback by default: the API is for this machine unless you say otherwise.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: std::net::IpAddr,
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Require `Authorization: Bearer KEY` on every API request.
+    #[arg(long)]
+    api_key: Option<String>,
+    /// Requests queued or running before new ones get 503 with Retry-After.
+    #[arg(long, default_value_t = 32)]
+    max_queue: usize,
+    /// Also serve the built web UI (ui/dist, or the folder given).
+    #[arg(long, num_args = 0..=1, default_missing_value = "ui/dist")]
+    ui: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -62,9 +96,13 @@ pub fn open_session(args: &ModelArgs) -> Result<Session, String> {
     let device = device::select(&args.device).map_err(|e| e.to_string())?;
     let mut session = Session::load(&args.model, &device, args.ctx).map_err(|e| e.to_string())?;
     if let Some(draft) = &args.draft {
-        session.load_draft(draft, &device).map_err(|e| e.to_string())?;
+        session
+            .load_draft(draft, &device)
+            .map_err(|e| e.to_string())?;
     }
-    session.speculative.k = args.k;
+    if let Some(kind) = args.drafter {
+        session.set_drafter(kind).map_err(|e| e.to_string())?;
+    }
     Ok(session)
 }
 
@@ -75,6 +113,7 @@ pub fn generate(args: GenerateArgs) -> CliResult {
         (None, None) => return Err("give --prompt or --prompt-file".into()),
     };
     let mut session = open_session(&args.model)?;
+    session.speculative.k = args.k;
     let prompt = if args.raw {
         session.target.tokenizer.encode(&user)
     } else {
@@ -91,7 +130,10 @@ pub fn generate(args: GenerateArgs) -> CliResult {
     }
     .map_err(|e| e.to_string())?;
     if args.json {
-        println!("{}", serde_json::to_string(&generation).map_err(|e| e.to_string())?);
+        println!(
+            "{}",
+            serde_json::to_string(&generation).map_err(|e| e.to_string())?
+        );
     } else {
         println!();
     }
@@ -101,19 +143,29 @@ pub fn generate(args: GenerateArgs) -> CliResult {
 
 pub fn chat(args: ChatArgs) -> CliResult {
     let mut session = open_session(&args.model)?;
+    session.speculative.k = args.k;
     let options = options(&args.sampling);
     let mut messages: Vec<Message> = args.system.iter().map(Message::system).collect();
     let stdin = std::io::stdin();
     let interactive = stdin.is_terminal();
     if interactive {
-        eprintln!("Chatting with {}. Empty line or Ctrl-D to quit.", session.target.info.name);
+        eprintln!(
+            "Chatting with {}. Empty line or Ctrl-D to quit.",
+            session.target.info.name
+        );
     }
     loop {
         if interactive {
             eprint!("> ");
         }
         let mut line = String::new();
-        if stdin.lock().read_line(&mut line).map_err(|e| e.to_string())? == 0 || line.trim().is_empty() {
+        if stdin
+            .lock()
+            .read_line(&mut line)
+            .map_err(|e| e.to_string())?
+            == 0
+            || line.trim().is_empty()
+        {
             return Ok(());
         }
         messages.push(Message::user(line.trim_end()));
@@ -133,6 +185,36 @@ pub fn chat(args: ChatArgs) -> CliResult {
     }
 }
 
+pub fn serve(args: ServeArgs) -> CliResult {
+    if let Some(dir) = &args.ui {
+        if !dir.join("index.html").exists() {
+            return Err(format!(
+                "{}: no built web UI there (build it with `npm run build` in ui/)",
+                dir.display()
+            ));
+        }
+    }
+    let mut session = open_session(&args.model)?;
+    session.speculative.k = args.k;
+    let model_id = args
+        .model
+        .model
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let config = specula_server::ServerConfig {
+        model_id,
+        api_key: args.api_key,
+        max_queue: args.max_queue,
+        ui_dir: args.ui,
+    };
+    let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
+    let addr = std::net::SocketAddr::new(args.host, args.port);
+    runtime
+        .block_on(specula_server::serve(session, config, addr))
+        .map_err(|e| format!("serving on {addr}: {e}"))
+}
+
 pub fn tokenize(args: TokenizeArgs) -> CliResult {
     let text = match (&args.text, &args.file) {
         (Some(text), _) => text.clone(),
@@ -142,7 +224,10 @@ pub fn tokenize(args: TokenizeArgs) -> CliResult {
     let gguf = specula_engine::gguf::GgufFile::open(&args.model).map_err(|e| e.to_string())?;
     let tokenizer = specula_engine::Tokenizer::from_gguf(&gguf).map_err(|e| e.to_string())?;
     let ids = tokenizer.encode(&text).map_err(|e| e.to_string())?;
-    println!("{}", serde_json::to_string(&ids).map_err(|e| e.to_string())?);
+    println!(
+        "{}",
+        serde_json::to_string(&ids).map_err(|e| e.to_string())?
+    );
     Ok(())
 }
 
@@ -186,22 +271,23 @@ impl TokenSink for Printer {
             Err(_) => Flow::Stop, // stdout closed (a pipe ended): stop generating
         }
     }
-
-    fn on_step(&mut self, _: &StepEvent) -> Flow {
-        Flow::Continue
-    }
 }
 
 pub fn print_stats(g: &Generation) {
     let s = &g.stats;
-    let prefill_rate = (s.prompt_tokens - s.cached_prompt_tokens) as f64 / (s.prefill_ms / 1000.0).max(1e-9);
+    let prefill_rate =
+        (s.prompt_tokens - s.cached_prompt_tokens) as f64 / (s.prefill_ms / 1000.0).max(1e-9);
     eprintln!(
         "prompt: {} tokens ({} cached) in {:.0} ms, {:.1} tok/s · decode: {} tokens in {:.0} ms, {:.2} tok/s",
         s.prompt_tokens, s.cached_prompt_tokens, s.prefill_ms, prefill_rate, s.generated_tokens, s.decode_ms, s.tokens_per_second
     );
     if let Some(spec) = &s.speculative {
-        let speedup = spec.speedup_vs_plain.map_or("n/a".into(), |x| format!("{x:.2}x"));
-        let predicted = spec.predicted_speedup.map_or("n/a".into(), |x| format!("{x:.2}x"));
+        let speedup = spec
+            .speedup_vs_plain
+            .map_or("n/a".into(), |x| format!("{x:.2}x"));
+        let predicted = spec
+            .predicted_speedup
+            .map_or("n/a".into(), |x| format!("{x:.2}x"));
         eprintln!(
             "speculative: {speedup} vs plain (predicted {predicted}) · {}/{} drafts accepted ({:.0}%) · {} target passes, {:.2} tokens each · k {}-{}",
             spec.accepted,

@@ -161,7 +161,10 @@ pub struct CachedModel {
 
 impl CachedModel {
     pub fn new(model: Box<dyn CausalLm>) -> Self {
-        Self { model, ids: Vec::new() }
+        Self {
+            model,
+            ids: Vec::new(),
+        }
     }
 
     pub fn model(&self) -> &dyn CausalLm {
@@ -252,7 +255,12 @@ pub(crate) struct Reply<'a> {
 }
 
 impl<'a> Reply<'a> {
-    pub fn new(tokenizer: &'a Tokenizer, prompt: &[u32], options: &'a GenerateOptions, sink: &'a mut dyn TokenSink) -> Self {
+    pub fn new(
+        tokenizer: &'a Tokenizer,
+        prompt: &[u32],
+        options: &'a GenerateOptions,
+        sink: &'a mut dyn TokenSink,
+    ) -> Self {
         Self {
             stream: tokenizer.stream(),
             tokenizer,
@@ -277,7 +285,13 @@ impl<'a> Reply<'a> {
     }
 
     /// Add a token to the reply; false once the reply has ended.
-    pub fn commit(&mut self, id: u32, source: Source, p: Option<f32>, q: Option<f32>) -> Result<bool> {
+    pub fn commit(
+        &mut self,
+        id: u32,
+        source: Source,
+        p: Option<f32>,
+        q: Option<f32>,
+    ) -> Result<bool> {
         if self.is_done() {
             return Ok(false);
         }
@@ -288,10 +302,22 @@ impl<'a> Reply<'a> {
         self.context.push(id);
         let text = self.stream.push(id)?;
         self.text.push_str(&text);
-        let event = TokenEvent { id, text, source, p, q };
+        let event = TokenEvent {
+            id,
+            text,
+            source,
+            p,
+            q,
+        };
         let flow = self.sink.on_token(&event);
         self.tokens.push(event);
-        if let Some(at) = self.options.stop.iter().filter_map(|s| self.text.find(s.as_str())).min() {
+        if let Some(at) = self
+            .options
+            .stop
+            .iter()
+            .filter_map(|s| self.text.find(s.as_str()))
+            .min()
+        {
             self.text.truncate(at);
             self.finish = Some(FinishReason::StopString);
         } else if flow == Flow::Stop {
@@ -331,7 +357,10 @@ pub(crate) fn ms(d: Duration) -> f64 {
 
 /// Prefill the prompt, leaving its last token to be fed by the first decoding step.
 /// Returns (tokens reused from the cache, prefill time).
-pub(crate) fn prefill_prompt(target: &mut CachedModel, prompt: &[u32]) -> Result<(usize, Duration)> {
+pub(crate) fn prefill_prompt(
+    target: &mut CachedModel,
+    prompt: &[u32],
+) -> Result<(usize, Duration)> {
     check_context(prompt.len(), target.capacity())?;
     let started = Instant::now();
     let reused = common_prefix(target.cached_ids(), prompt).min(prompt.len() - 1);

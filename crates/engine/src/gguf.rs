@@ -154,9 +154,15 @@ fn check_magic(path: &Path, reader: &mut BufReader<File>, file_len: u64) -> Resu
 
 fn looks_like_eof(reason: &str) -> bool {
     let reason = reason.to_lowercase();
-    ["fill whole buffer", "eof", "exceeds", "end of file", "remaining"]
-        .iter()
-        .any(|needle| reason.contains(needle))
+    [
+        "fill whole buffer",
+        "eof",
+        "exceeds",
+        "end of file",
+        "remaining",
+    ]
+    .iter()
+    .any(|needle| reason.contains(needle))
 }
 
 /// A download cut short keeps a valid header; the loss shows only in the tensor data.

@@ -16,7 +16,12 @@ pub struct KvCache {
 }
 
 impl KvCache {
-    pub fn new(n_kv_head: usize, capacity: usize, head_dim: usize, device: &Device) -> Result<Self> {
+    pub fn new(
+        n_kv_head: usize,
+        capacity: usize,
+        head_dim: usize,
+        device: &Device,
+    ) -> Result<Self> {
         let shape = (n_kv_head, capacity, head_dim);
         Ok(Self {
             k: Tensor::zeros(shape, DType::F32, device)?,
@@ -78,7 +83,10 @@ mod tests {
         assert_eq!(cache.len(), 1);
         cache.truncate(5);
         assert_eq!(cache.len(), 1, "truncate never grows");
-        let twos = (ones.narrow(1, 0, 2).unwrap() * 2.0).unwrap().contiguous().unwrap();
+        let twos = (ones.narrow(1, 0, 2).unwrap() * 2.0)
+            .unwrap()
+            .contiguous()
+            .unwrap();
         cache.append(&twos, &twos).unwrap();
         let k: Vec<Vec<Vec<f32>>> = cache.buffers().0.to_vec3().unwrap();
         assert_eq!(k[1][0], vec![1.0; 3]);

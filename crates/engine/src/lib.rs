@@ -25,13 +25,15 @@ pub mod tokenizer;
 pub use chat::{ChatTemplate, Message, Role};
 pub use error::{Error, Result};
 pub use generate::{
-    generate_plain, CachedModel, FinishReason, Flow, GenerateOptions, Generation, GenerationStats, NullSink, Source,
-    SpeculativeStats, StepEvent, TokenEvent, TokenSink,
+    generate_plain, CachedModel, FinishReason, Flow, GenerateOptions, Generation, GenerationStats,
+    NullSink, Source, SpeculativeStats, StepEvent, TokenEvent, TokenSink,
 };
 pub use models::{CausalLm, ModelInfo};
 pub use sampling::{Mode, SamplingParams};
-pub use session::Session;
-pub use speculative::{generate_speculative, check_pair, DraftModel, Drafter, KSetting, SpeculativeOptions};
+pub use session::{DrafterKind, Session};
+pub use speculative::{
+    check_pair, generate_speculative, DraftModel, Drafter, KSetting, SpeculativeOptions,
+};
 pub use tokenizer::Tokenizer;
 
 use std::path::Path;
@@ -49,7 +51,11 @@ pub struct LoadedModel {
 }
 
 impl LoadedModel {
-    pub fn load(path: impl AsRef<Path>, device: &candle_core::Device, context: usize) -> Result<Self> {
+    pub fn load(
+        path: impl AsRef<Path>,
+        device: &candle_core::Device,
+        context: usize,
+    ) -> Result<Self> {
         let mut gguf = gguf::GgufFile::open(path)?;
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
         let template = ChatTemplate::from_gguf(&gguf, tokenizer.bos_text(), tokenizer.eos_text())?;
@@ -67,7 +73,12 @@ impl LoadedModel {
         self.tokenizer.encode(&self.template.render(messages)?)
     }
 
-    pub fn generate(&mut self, prompt: &[u32], options: &GenerateOptions, sink: &mut dyn TokenSink) -> Result<Generation> {
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        options: &GenerateOptions,
+        sink: &mut dyn TokenSink,
+    ) -> Result<Generation> {
         generate_plain(&mut self.model, &self.tokenizer, prompt, options, sink)
     }
 }

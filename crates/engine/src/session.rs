@@ -1,16 +1,47 @@
 //! A target model with an optional draft: what every client (CLI, server, app) holds.
 
 use crate::chat::Message;
+use crate::error::Error;
 use crate::error::Result;
 use crate::generate::{GenerateOptions, Generation, TokenSink};
-use crate::speculative::{check_pair, generate_speculative, DraftModel, SpeculativeOptions};
+use crate::speculative::{
+    check_pair, generate_speculative, DraftModel, Drafter, PromptLookup, SpeculativeOptions,
+};
 use crate::{generate_plain, LoadedModel, ModelInfo};
 use candle_core::Device;
 use std::path::Path;
 
+/// Who proposes tokens for the target to verify.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DrafterKind {
+    /// Plain decoding.
+    None,
+    /// The loaded draft model.
+    Model,
+    /// n-grams from the conversation.
+    Lookup,
+}
+
+impl std::str::FromStr for DrafterKind {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "none" => Ok(DrafterKind::None),
+            "model" => Ok(DrafterKind::Model),
+            "lookup" => Ok(DrafterKind::Lookup),
+            _ => Err(Error::InvalidSetting(format!(
+                "drafter `{s}`: expected model, lookup or none"
+            ))),
+        }
+    }
+}
+
 pub struct Session {
     pub target: LoadedModel,
     draft: Option<(DraftModel, ModelInfo)>,
+    lookup: PromptLookup,
+    drafter: DrafterKind,
     pub speculative: SpeculativeOptions,
 }
 
@@ -19,8 +50,23 @@ impl Session {
         Self {
             target,
             draft: None,
+            lookup: PromptLookup::default(),
+            drafter: DrafterKind::None,
             speculative: SpeculativeOptions::default(),
         }
+    }
+
+    pub fn drafter(&self) -> DrafterKind {
+        self.drafter
+    }
+
+    /// Choose the drafter for the next replies; the draft model must be loaded to be chosen.
+    pub fn set_drafter(&mut self, kind: DrafterKind) -> Result<()> {
+        if kind == DrafterKind::Model && self.draft.is_none() {
+            return Err(Error::InvalidSetting("no draft model is loaded".into()));
+        }
+        self.drafter = kind;
+        Ok(())
     }
 
     pub fn load(target: impl AsRef<Path>, device: &Device, context: usize) -> Result<Self> {
@@ -37,11 +83,15 @@ impl Session {
     pub fn set_draft(&mut self, draft: LoadedModel) -> Result<&ModelInfo> {
         check_pair(&self.target.tokenizer, &draft.tokenizer)?;
         let info = draft.info.clone();
+        self.drafter = DrafterKind::Model;
         Ok(&self.draft.insert((DraftModel::new(draft.model), info)).1)
     }
 
     pub fn clear_draft(&mut self) {
         self.draft = None;
+        if self.drafter == DrafterKind::Model {
+            self.drafter = DrafterKind::None;
+        }
     }
 
     pub fn draft_info(&self) -> Option<&ModelInfo> {
@@ -52,24 +102,43 @@ impl Session {
         self.target.chat_prompt(messages)
     }
 
-    /// A reply to `prompt`: speculative when a draft is loaded, plain otherwise.
-    pub fn generate(&mut self, prompt: &[u32], options: &GenerateOptions, sink: &mut dyn TokenSink) -> Result<Generation> {
-        match &mut self.draft {
-            Some((draft, _)) => generate_speculative(
-                &mut self.target.model,
-                draft,
-                &self.target.tokenizer,
-                prompt,
-                options,
-                &self.speculative,
-                sink,
-            ),
-            None => generate_plain(&mut self.target.model, &self.target.tokenizer, prompt, options, sink),
-        }
+    /// A reply to `prompt` with the chosen drafter (plain decoding when none).
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        options: &GenerateOptions,
+        sink: &mut dyn TokenSink,
+    ) -> Result<Generation> {
+        let drafter: &mut dyn Drafter = match (self.drafter, &mut self.draft) {
+            (DrafterKind::Model, Some((draft, _))) => draft,
+            (DrafterKind::Lookup, _) => &mut self.lookup,
+            _ => return self.generate_plain(prompt, options, sink),
+        };
+        let target = &mut self.target;
+        generate_speculative(
+            &mut target.model,
+            drafter,
+            &target.tokenizer,
+            prompt,
+            options,
+            &self.speculative,
+            sink,
+        )
     }
 
     /// A plain reply even when a draft is loaded: the reference for comparisons.
-    pub fn generate_plain(&mut self, prompt: &[u32], options: &GenerateOptions, sink: &mut dyn TokenSink) -> Result<Generation> {
-        generate_plain(&mut self.target.model, &self.target.tokenizer, prompt, options, sink)
+    pub fn generate_plain(
+        &mut self,
+        prompt: &[u32],
+        options: &GenerateOptions,
+        sink: &mut dyn TokenSink,
+    ) -> Result<Generation> {
+        generate_plain(
+            &mut self.target.model,
+            &self.target.tokenizer,
+            prompt,
+            options,
+            sink,
+        )
     }
 }

@@ -45,12 +45,23 @@ fn all_positions_match_single_steps(name: &str) {
     let positions: Vec<usize> = (0..20).map(|i| (i * 37 + 11) % 60).collect();
     for &pos in &positions {
         let (a, b) = (&batched[pos], &single[pos]);
-        let range = b.iter().copied().fold(f32::MIN, f32::max) - b.iter().copied().fold(f32::MAX, f32::min);
-        let diff = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
-        assert!(diff <= 1e-3 * range, "{name} position {pos}: max diff {diff}, range {range}");
+        let range =
+            b.iter().copied().fold(f32::MIN, f32::max) - b.iter().copied().fold(f32::MAX, f32::min);
+        let diff = a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max);
+        assert!(
+            diff <= 1e-3 * range,
+            "{name} position {pos}: max diff {diff}, range {range}"
+        );
         assert_eq!(argmax(a), argmax(b), "{name} position {pos}");
         // Stronger than asked: every op is row-independent, so the logits are bit-identical.
-        assert_eq!(a, b, "{name} position {pos}: batched and single-step logits differ");
+        assert_eq!(
+            a, b,
+            "{name} position {pos}: batched and single-step logits differ"
+        );
     }
 }
 
@@ -78,7 +89,10 @@ fn rollback_forgets_rejected_tokens(name: &str) {
     let mut fresh = load(name);
     fresh.forward(prefix).unwrap();
     let expected = rows(&fresh.forward(&[tokens[5]]).unwrap()).remove(0);
-    assert_eq!(next, expected, "{name}: logits after rollback differ from a cache that never saw the extra tokens");
+    assert_eq!(
+        next, expected,
+        "{name}: logits after rollback differ from a cache that never saw the extra tokens"
+    );
 }
 
 #[test]
@@ -91,39 +105,75 @@ fn llama_rollback_is_exact() {
     rollback_forgets_rejected_tokens(SMOLLM);
 }
 
-/// The last position against candle-transformers' own quantized model.
-fn check_against_reference(ours: &[f32], theirs: &[f32], what: &str) {
-    let range = theirs.iter().copied().fold(f32::MIN, f32::max) - theirs.iter().copied().fold(f32::MAX, f32::min);
-    let diff = ours.iter().zip(theirs).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+/// The last position against candle-transformers' own quantized model, fed one token at a time.
+/// Not bit-exact: on x86 candle multiplies Q4_K/Q6_K weights with repacked tile kernels that
+/// quantize activations their own way (and batched prompts take yet other kernels), so the
+/// rounding differs and accumulates over the layers to about 1% of the logit range. With
+/// weight types that share a kernel (SmolLM2 without requantization) the logits agree exactly
+/// for short inputs. The argmax must agree; independent agreement with llama.cpp is the
+/// golden greedy test.
+fn check_against_reference(ours: &[f32], theirs: &[f32], what: &str, tolerance: f32) {
+    let range = theirs.iter().copied().fold(f32::MIN, f32::max)
+        - theirs.iter().copied().fold(f32::MAX, f32::min);
+    let diff = ours
+        .iter()
+        .zip(theirs)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max);
     eprintln!("{what}: max |ours - candle| = {diff:.5} over a logit range of {range:.2}");
-    assert!(diff <= 1e-2 * range, "{what}: {diff} vs range {range}");
+    assert!(diff <= tolerance * range, "{what}: {diff} vs range {range}");
     assert_eq!(argmax(ours), argmax(theirs), "{what}");
+}
+
+fn reference_last_logits(
+    tokens: &[u32],
+    mut step: impl FnMut(&Tensor, usize) -> candle_core::Result<Tensor>,
+) -> Vec<f32> {
+    let mut last = None;
+    for (pos, &t) in tokens.iter().enumerate() {
+        let input = Tensor::new(&[t], &Device::Cpu)
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
+        last = Some(step(&input, pos).unwrap());
+    }
+    last.unwrap().squeeze(0).unwrap().to_vec1().unwrap()
+}
+
+fn reference_content(name: &str) -> (std::fs::File, candle_core::quantized::gguf_file::Content) {
+    let mut file = std::fs::File::open(model(name)).unwrap();
+    let content = candle_core::quantized::gguf_file::Content::read(&mut file).unwrap();
+    (file, content)
 }
 
 #[test]
 fn qwen2_last_position_matches_candle_transformers() {
     let tokens = input(TARGET, 60);
     let ours = rows(&load(TARGET).forward(&tokens).unwrap()).pop().unwrap();
-    let path = model(TARGET);
-    let mut file = std::fs::File::open(&path).unwrap();
-    let content = candle_core::quantized::gguf_file::Content::read(&mut file).unwrap();
-    let mut reference =
-        candle_transformers::models::quantized_qwen2::ModelWeights::from_gguf(content, &mut file, &Device::Cpu).unwrap();
-    let input = Tensor::new(tokens.as_slice(), &Device::Cpu).unwrap().unsqueeze(0).unwrap();
-    let theirs: Vec<f32> = reference.forward(&input, 0).unwrap().squeeze(0).unwrap().to_vec1().unwrap();
-    check_against_reference(&ours, &theirs, "qwen2");
+    let (mut file, content) = reference_content(TARGET);
+    let mut reference = candle_transformers::models::quantized_qwen2::ModelWeights::from_gguf(
+        content,
+        &mut file,
+        &Device::Cpu,
+    )
+    .unwrap();
+    let theirs = reference_last_logits(&tokens, |x, pos| reference.forward(x, pos));
+    check_against_reference(&ours, &theirs, "qwen2", 2e-2);
 }
 
 #[test]
 fn llama_last_position_matches_candle_transformers() {
+    // SmolLM2's Q4_1 weights are requantized to Q8_0 at load (a faster kernel), so the logits
+    // differ by a little more than rounding.
     let tokens = input(SMOLLM, 60);
     let ours = rows(&load(SMOLLM).forward(&tokens).unwrap()).pop().unwrap();
-    let path = model(SMOLLM);
-    let mut file = std::fs::File::open(&path).unwrap();
-    let content = candle_core::quantized::gguf_file::Content::read(&mut file).unwrap();
-    let mut reference =
-        candle_transformers::models::quantized_llama::ModelWeights::from_gguf(content, &mut file, &Device::Cpu).unwrap();
-    let input = Tensor::new(tokens.as_slice(), &Device::Cpu).unwrap().unsqueeze(0).unwrap();
-    let theirs: Vec<f32> = reference.forward(&input, 0).unwrap().squeeze(0).unwrap().to_vec1().unwrap();
-    check_against_reference(&ours, &theirs, "llama");
+    let (mut file, content) = reference_content(SMOLLM);
+    let mut reference = candle_transformers::models::quantized_llama::ModelWeights::from_gguf(
+        content,
+        &mut file,
+        &Device::Cpu,
+    )
+    .unwrap();
+    let theirs = reference_last_logits(&tokens, |x, pos| reference.forward(x, pos));
+    check_against_reference(&ours, &theirs, "llama", 5e-2);
 }

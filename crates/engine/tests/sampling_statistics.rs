@@ -5,8 +5,12 @@
 
 use candle_core::{Device, Tensor};
 use specula_engine::models::decoder::{Decoder, DecoderConfig, RopeStyle};
-use specula_engine::speculative::{accept_sampled, generate_speculative, DraftModel, KSetting, Outcome, SpeculativeOptions};
-use specula_engine::{CachedModel, GenerateOptions, Mode, NullSink, SamplingParams, Source, Tokenizer};
+use specula_engine::speculative::{
+    accept_sampled, generate_speculative, DraftModel, KSetting, Outcome, SpeculativeOptions,
+};
+use specula_engine::{
+    CachedModel, GenerateOptions, Mode, NullSink, SamplingParams, Source, Tokenizer,
+};
 use statrs::distribution::{ChiSquared, ContinuousCDF};
 use std::collections::HashMap;
 
@@ -32,7 +36,9 @@ fn config() -> DecoderConfig {
 fn random(shape: (usize, usize), scale: f32, state: &mut u64) -> Tensor {
     let data: Vec<f32> = (0..shape.0 * shape.1)
         .map(|_| {
-            *state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            *state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             (((*state >> 33) as f32 / (1u64 << 31) as f32) - 0.5) * scale
         })
         .collect();
@@ -43,8 +49,14 @@ fn tiny_model(seed: u64) -> CachedModel {
     let mut state = seed;
     let ones = Tensor::ones(HIDDEN, candle_core::DType::F32, &Device::Cpu).unwrap();
     let mut w: HashMap<String, Tensor> = HashMap::new();
-    w.insert("token_embd.weight".into(), random((VOCAB, HIDDEN), 2.0, &mut state));
-    w.insert("output.weight".into(), random((VOCAB, HIDDEN), 3.0, &mut state));
+    w.insert(
+        "token_embd.weight".into(),
+        random((VOCAB, HIDDEN), 2.0, &mut state),
+    );
+    w.insert(
+        "output.weight".into(),
+        random((VOCAB, HIDDEN), 3.0, &mut state),
+    );
     w.insert("output_norm.weight".into(), ones.clone());
     w.insert("blk.0.attn_norm.weight".into(), ones.clone());
     w.insert("blk.0.ffn_norm.weight".into(), ones);
@@ -57,9 +69,14 @@ fn tiny_model(seed: u64) -> CachedModel {
         ("ffn_up", (32, HIDDEN)),
         ("ffn_down", (HIDDEN, 32)),
     ] {
-        w.insert(format!("blk.0.{name}.weight"), random(shape, 1.0, &mut state));
+        w.insert(
+            format!("blk.0.{name}.weight"),
+            random(shape, 1.0, &mut state),
+        );
     }
-    CachedModel::new(Box::new(Decoder::load(config(), &mut w, &Device::Cpu, 16).unwrap()))
+    CachedModel::new(Box::new(
+        Decoder::load(config(), &mut w, &Device::Cpu, 16).unwrap(),
+    ))
 }
 
 fn tokenizer() -> Tokenizer {
@@ -69,7 +86,9 @@ fn tokenizer() -> Tokenizer {
 /// The target's exact probability of every 3-token continuation, by enumeration.
 fn exact_joint(target: &mut CachedModel, params: &SamplingParams) -> Vec<f64> {
     let mut joint = vec![0f64; VOCAB.pow(3)];
-    let probs = |model: &mut CachedModel, context: &[u32]| params.probabilities(&model.advance_to(context).unwrap(), context);
+    let probs = |model: &mut CachedModel, context: &[u32]| {
+        params.probabilities(&model.advance_to(context).unwrap(), context)
+    };
     let p1 = probs(target, &PROMPT);
     for a in 0..VOCAB {
         if p1[a] == 0.0 {
@@ -83,7 +102,8 @@ fn exact_joint(target: &mut CachedModel, params: &SamplingParams) -> Vec<f64> {
             }
             let p3 = probs(target, &[PROMPT[0], PROMPT[1], a as u32, b as u32]);
             for c in 0..VOCAB {
-                joint[a * VOCAB * VOCAB + b * VOCAB + c] = p1[a] as f64 * p2[b] as f64 * p3[c] as f64;
+                joint[a * VOCAB * VOCAB + b * VOCAB + c] =
+                    p1[a] as f64 * p2[b] as f64 * p3[c] as f64;
             }
         }
     }
@@ -113,7 +133,12 @@ fn chi_square_p(counts: &[usize], expected: &[f64], runs: usize) -> f64 {
     p
 }
 
-fn always_accept(drafts: &[u32], p: &[Vec<f32>], _q: &[Vec<f32>], rng: &mut rand::rngs::StdRng) -> Outcome {
+fn always_accept(
+    drafts: &[u32],
+    p: &[Vec<f32>],
+    _q: &[Vec<f32>],
+    rng: &mut rand::rngs::StdRng,
+) -> Outcome {
     Outcome {
         accepted: drafts.len(),
         next: specula_engine::sampling::sample(&p[drafts.len()], rng),
@@ -131,10 +156,22 @@ fn speculative_p_value(params: SamplingParams, spec: SpeculativeOptions) -> f64 
     for run in 0..RUNS {
         let options = GenerateOptions {
             max_tokens: 3,
-            sampling: SamplingParams { seed: run as u64, ..params.clone() },
+            sampling: SamplingParams {
+                seed: run as u64,
+                ..params.clone()
+            },
             stop: vec![],
         };
-        let g = generate_speculative(&mut target, &mut draft, &tokenizer, &PROMPT, &options, &spec, &mut NullSink).unwrap();
+        let g = generate_speculative(
+            &mut target,
+            &mut draft,
+            &tokenizer,
+            &PROMPT,
+            &options,
+            &spec,
+            &mut NullSink,
+        )
+        .unwrap();
         let ids: Vec<usize> = g.tokens.iter().map(|t| t.id as usize).collect();
         assert_eq!(ids.len(), 3);
         counts[ids[0] * VOCAB * VOCAB + ids[1] * VOCAB + ids[2]] += 1;
@@ -143,17 +180,34 @@ fn speculative_p_value(params: SamplingParams, spec: SpeculativeOptions) -> f64 
         }
     }
     eprintln!("provenance: {sources:?}");
-    assert!(sources.get("Accepted").copied().unwrap_or(0) > RUNS / 10, "the drafts must be exercised");
-    assert!(sources.get("Resampled").copied().unwrap_or(0) > RUNS / 20, "rejections must be exercised");
+    assert!(
+        sources.get("Accepted").copied().unwrap_or(0) > RUNS / 10,
+        "the drafts must be exercised"
+    );
+    assert!(
+        sources.get("Resampled").copied().unwrap_or(0) > RUNS / 20,
+        "rejections must be exercised"
+    );
     chi_square_p(&counts, &expected, RUNS)
 }
 
 fn sample_params(top_p: f32) -> SamplingParams {
-    SamplingParams { mode: Mode::Sample, temperature: 1.0, top_k: 0, top_p, min_p: 0.0, repetition_penalty: 1.0, seed: 0 }
+    SamplingParams {
+        mode: Mode::Sample,
+        temperature: 1.0,
+        top_k: 0,
+        top_p,
+        min_p: 0.0,
+        repetition_penalty: 1.0,
+        seed: 0,
+    }
 }
 
 fn exact() -> SpeculativeOptions {
-    SpeculativeOptions { k: KSetting::Fixed(2), sampled_accept: accept_sampled }
+    SpeculativeOptions {
+        k: KSetting::Fixed(2),
+        sampled_accept: accept_sampled,
+    }
 }
 
 #[test]
@@ -168,6 +222,9 @@ fn sample_mode_is_target_distributed_at_top_p() {
 
 #[test]
 fn the_test_rejects_a_verifier_that_accepts_everything() {
-    let broken = SpeculativeOptions { k: KSetting::Fixed(2), sampled_accept: always_accept };
+    let broken = SpeculativeOptions {
+        k: KSetting::Fixed(2),
+        sampled_accept: always_accept,
+    };
     assert!(speculative_p_value(sample_params(1.0), broken) < 0.001);
 }

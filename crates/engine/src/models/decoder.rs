@@ -85,7 +85,11 @@ impl Decoder {
             .map(|i| Layer::load(weights, &format!("blk.{i}"), device))
             .collect::<Result<Vec<_>>>()?;
         let rope_freqs = match weights.has("rope_freqs.weight") {
-            true => Some(weights.dense("rope_freqs.weight", device)?.to_vec1::<f32>()?),
+            true => Some(
+                weights
+                    .dense("rope_freqs.weight", device)?
+                    .to_vec1::<f32>()?,
+            ),
             false => None,
         };
         let (cos, sin) = rotary_tables(&config, rope_freqs.as_deref(), capacity, device)?;
@@ -113,7 +117,9 @@ impl Decoder {
         let n = tokens.len();
         let pos = self.len();
         if n == 0 {
-            return Err(Error::InvalidSetting("forward needs at least one token".into()));
+            return Err(Error::InvalidSetting(
+                "forward needs at least one token".into(),
+            ));
         }
         if pos + n > self.capacity() {
             return Err(Error::ContextOverflow {
@@ -129,7 +135,11 @@ impl Decoder {
         for (layer, cache) in self.layers.iter().zip(self.caches.iter_mut()) {
             x = layer.forward(&x, cache, pos, &cos, &sin, &self.config)?;
         }
-        let x = if all_positions { x } else { x.narrow(0, n - 1, 1)? };
+        let x = if all_positions {
+            x
+        } else {
+            x.narrow(0, n - 1, 1)?
+        };
         let x = candle_nn::ops::rms_norm(&x, &self.norm, self.config.rms_eps)?;
         self.lm_head.forward(&x)
     }
@@ -188,7 +198,11 @@ impl Layer {
             linear("attn_v", true)?,
             linear("attn_output", false)?,
         );
-        let (gate, up, down) = (linear("ffn_gate", false)?, linear("ffn_up", false)?, linear("ffn_down", false)?);
+        let (gate, up, down) = (
+            linear("ffn_gate", false)?,
+            linear("ffn_up", false)?,
+            linear("ffn_down", false)?,
+        );
         Ok(Self {
             attn_norm: weights.dense(&format!("{prefix}.attn_norm.weight"), device)?,
             ffn_norm: weights.dense(&format!("{prefix}.ffn_norm.weight"), device)?,
@@ -218,10 +232,22 @@ impl Layer {
         let h = candle_nn::ops::rms_norm(x, &self.attn_norm, cfg.rms_eps)?;
         let heads = |t: Tensor, count: usize| -> Result<Tensor> {
             // [n, count * d] -> [count, n, d]
-            Ok(t.reshape((n, count, cfg.head_dim))?.transpose(0, 1)?.contiguous()?)
+            Ok(t.reshape((n, count, cfg.head_dim))?
+                .transpose(0, 1)?
+                .contiguous()?)
         };
-        let q = rotate(&heads(self.q.forward(&h)?, cfg.n_head)?, cos, sin, cfg.rope_style)?;
-        let k = rotate(&heads(self.k.forward(&h)?, cfg.n_kv_head)?, cos, sin, cfg.rope_style)?;
+        let q = rotate(
+            &heads(self.q.forward(&h)?, cfg.n_head)?,
+            cos,
+            sin,
+            cfg.rope_style,
+        )?;
+        let k = rotate(
+            &heads(self.k.forward(&h)?, cfg.n_kv_head)?,
+            cos,
+            sin,
+            cfg.rope_style,
+        )?;
         let v = heads(self.v.forward(&h)?, cfg.n_kv_head)?;
         cache.append(&k, &v)?;
         let attn = causal_attention(&q, cache, pos)?;

@@ -6,7 +6,8 @@ use crate::generate::CachedModel;
 use crate::sampling::Sampler;
 
 /// One proposed token and the drafter's distribution at its position (after the same
-/// sampling transforms as the target's); one-hot for deterministic drafters.
+/// sampling transforms as the target's). Empty `probs` means a deterministic proposal: q is
+/// one-hot on `token`.
 #[derive(Debug, Clone)]
 pub struct Draft {
     pub token: u32,
@@ -14,8 +15,32 @@ pub struct Draft {
 }
 
 impl Draft {
+    /// A proposal made with certainty (q one-hot), as prompt lookup makes them.
+    pub fn certain(token: u32) -> Self {
+        Self {
+            token,
+            probs: Vec::new(),
+        }
+    }
+
+    /// q of `id` at this position.
+    pub fn q(&self, id: u32) -> f32 {
+        match self.probs.is_empty() {
+            true => f32::from(u8::from(id == self.token)),
+            false => self.probs.get(id as usize).copied().unwrap_or(0.0),
+        }
+    }
+
     pub fn prob(&self) -> f32 {
-        self.probs.get(self.token as usize).copied().unwrap_or(0.0)
+        self.q(self.token)
+    }
+
+    /// The whole of q over a vocabulary of `vocab` tokens.
+    pub fn dense(&self, vocab: usize) -> Vec<f32> {
+        match self.probs.is_empty() {
+            true => (0..vocab as u32).map(|id| self.q(id)).collect(),
+            false => self.probs.clone(),
+        }
     }
 }
 
@@ -24,7 +49,13 @@ pub trait Drafter {
     /// Get ready for a reply to `context` (the prompt), e.g. by prefilling a cache.
     fn prefill(&mut self, context: &[u32]) -> Result<()>;
     /// Up to `k` tokens continuing `context`; the first is at reply `position`.
-    fn propose(&mut self, context: &[u32], k: usize, sampler: &mut Sampler, position: usize) -> Result<Vec<Draft>>;
+    fn propose(
+        &mut self,
+        context: &[u32],
+        k: usize,
+        sampler: &mut Sampler,
+        position: usize,
+    ) -> Result<Vec<Draft>>;
     /// Only the first `n_past` tokens of the context are still valid.
     fn rollback(&mut self, n_past: usize);
     /// Positions held in the drafter's cache, if it has one.
@@ -54,10 +85,17 @@ impl Drafter for DraftModel {
     }
 
     fn prefill(&mut self, context: &[u32]) -> Result<()> {
-        self.model.prefill(&context[..context.len().saturating_sub(1)])
+        self.model
+            .prefill(&context[..context.len().saturating_sub(1)])
     }
 
-    fn propose(&mut self, context: &[u32], k: usize, sampler: &mut Sampler, position: usize) -> Result<Vec<Draft>> {
+    fn propose(
+        &mut self,
+        context: &[u32],
+        k: usize,
+        sampler: &mut Sampler,
+        position: usize,
+    ) -> Result<Vec<Draft>> {
         let room = self.model.capacity().saturating_sub(context.len());
         let mut history = context.to_vec();
         let mut drafts = Vec::with_capacity(k);
@@ -67,7 +105,10 @@ impl Drafter for DraftModel {
             let logits = self.model.advance_to(&history)?;
             let choice = sampler.choose(&logits, &history, position + i);
             history.push(choice.token);
-            drafts.push(Draft { token: choice.token, probs: choice.probs });
+            drafts.push(Draft {
+                token: choice.token,
+                probs: choice.probs,
+            });
         }
         Ok(drafts)
     }

@@ -4,13 +4,18 @@
 pub mod accept;
 pub mod adaptive;
 pub mod drafter;
+pub mod lookup;
 
 pub use accept::{accept_matching, accept_sampled, Outcome, SampledAccept};
 pub use adaptive::{CostModel, KSetting, MAX_K};
 pub use drafter::{Draft, DraftModel, Drafter};
+pub use lookup::PromptLookup;
 
 use crate::error::{Error, Result};
-use crate::generate::{check_context, ms, prefill_prompt, CachedModel, FinishReason, GenerateOptions, Generation, GenerationStats, Reply, Source, SpeculativeStats, StepEvent, TokenSink};
+use crate::generate::{
+    check_context, ms, prefill_prompt, CachedModel, FinishReason, GenerateOptions, Generation,
+    GenerationStats, Reply, Source, SpeculativeStats, StepEvent, TokenSink,
+};
 use crate::sampling::{gumbel_token, Mode, Sampler};
 use crate::tokenizer::Tokenizer;
 use std::time::Instant;
@@ -98,11 +103,18 @@ pub fn generate_speculative(
             break;
         }
         let budget = options.max_tokens.saturating_sub(reply.position());
-        let k = costs.next_k(spec.k).min(room - 1).min(budget.saturating_sub(1));
+        let k = costs
+            .next_k(spec.k)
+            .min(room - 1)
+            .min(budget.saturating_sub(1));
 
         // 1. draft
         let t = Instant::now();
-        let drafts = if k > 0 { drafter.propose(&reply.context, k, &mut sampler, reply.position())? } else { Vec::new() };
+        let drafts = if k > 0 {
+            drafter.propose(&reply.context, k, &mut sampler, reply.position())?
+        } else {
+            Vec::new()
+        };
         let draft_ms = ms(t.elapsed());
         let k = drafts.len();
 
@@ -116,17 +128,38 @@ pub fn generate_speculative(
         let verify_ms = ms(t.elapsed());
 
         // 3. accept
-        let (outcome, p) = verify(&mut sampler, &reply.context, reply.position(), &drafts, &logits, spec);
+        let (outcome, p) = verify(
+            &mut sampler,
+            &reply.context,
+            reply.position(),
+            &drafts,
+            &logits,
+            spec,
+        );
 
         // 4. commit
         for (draft, p_i) in drafts.iter().zip(&p).take(outcome.accepted) {
-            if !reply.commit(draft.token, Source::Accepted, Some(p_i[draft.token as usize]), Some(draft.prob()))? {
+            if !reply.commit(
+                draft.token,
+                Source::Accepted,
+                Some(p_i[draft.token as usize]),
+                Some(draft.prob()),
+            )? {
                 break;
             }
         }
-        let source = if drafts.is_empty() { Source::Target } else { outcome.next_source };
-        let q_next = drafts.get(outcome.accepted).map(|d| d.probs.get(outcome.next as usize).copied().unwrap_or(0.0));
-        reply.commit(outcome.next, source, Some(p[outcome.accepted][outcome.next as usize]), q_next)?;
+        let source = if drafts.is_empty() {
+            Source::Target
+        } else {
+            outcome.next_source
+        };
+        let q_next = drafts.get(outcome.accepted).map(|d| d.q(outcome.next));
+        reply.commit(
+            outcome.next,
+            source,
+            Some(p[outcome.accepted][outcome.next as usize]),
+            q_next,
+        )?;
 
         // 5. rollback: both caches keep only committed tokens (the newest is fed next step).
         let n_past = reply.context.len() - 1;
@@ -159,7 +192,11 @@ pub fn generate_speculative(
 /// Prefill the prompt but its last token, feeding the one before that alone and timing it:
 /// a single-token target pass at this context, measured for free. The speedup figure and
 /// auto's choice of k both stand on it.
-fn prefill_measuring_plain_step(target: &mut CachedModel, prompt: &[u32], costs: &mut CostModel) -> Result<usize> {
+fn prefill_measuring_plain_step(
+    target: &mut CachedModel,
+    prompt: &[u32],
+    costs: &mut CostModel,
+) -> Result<usize> {
     let n = prompt.len();
     check_context(n, target.capacity())?;
     if n < 2 {
@@ -200,7 +237,8 @@ fn verify(
     let outcome = match sampler.mode() {
         Mode::Greedy | Mode::Reproducible => accept_matching(&tokens, &choices),
         Mode::Sample => {
-            let q: Vec<Vec<f32>> = drafts.iter().map(|d| d.probs.clone()).collect();
+            let vocab = logits.first().map_or(0, Vec::len);
+            let q: Vec<Vec<f32>> = drafts.iter().map(|d| d.dense(vocab)).collect();
             (spec.sampled_accept)(&tokens, &p, &q, sampler.rng())
         }
     };
@@ -226,8 +264,18 @@ impl Totals {
         (self.drafted > 0).then(|| self.accepted as f64 / self.drafted as f64)
     }
 
-    fn summary(&self, drafter: &str, costs: &CostModel, generated: usize, decode_ms: f64) -> SpeculativeStats {
-        let k_mean = if self.drafting_steps > 0 { self.k_sum as f64 / self.drafting_steps as f64 } else { 0.0 };
+    fn summary(
+        &self,
+        drafter: &str,
+        costs: &CostModel,
+        generated: usize,
+        decode_ms: f64,
+    ) -> SpeculativeStats {
+        let k_mean = if self.drafting_steps > 0 {
+            self.k_sum as f64 / self.drafting_steps as f64
+        } else {
+            0.0
+        };
         let plain = costs.plain_ms();
         SpeculativeStats {
             drafter: drafter.to_string(),
@@ -240,7 +288,9 @@ impl Totals {
             verify_ms: self.verify_ms,
             plain_ms_per_token: plain,
             speedup_vs_plain: plain.map(|t1| t1 * generated as f64 / decode_ms.max(1e-9)),
-            predicted_speedup: (self.drafting_steps > 0).then(|| costs.predicted_speedup(k_mean)).flatten(),
+            predicted_speedup: (self.drafting_steps > 0)
+                .then(|| costs.predicted_speedup(k_mean))
+                .flatten(),
             cost_ratio: costs.cost_ratio(),
             k_min: self.k_min.unwrap_or(0),
             k_max: self.k_max,
@@ -249,7 +299,13 @@ impl Totals {
     }
 }
 
-fn step_event(reply: &Reply, costs: &CostModel, totals: &Totals, k: usize, accepted: usize) -> StepEvent {
+fn step_event(
+    reply: &Reply,
+    costs: &CostModel,
+    totals: &Totals,
+    k: usize,
+    accepted: usize,
+) -> StepEvent {
     let elapsed = reply.decode_elapsed().as_secs_f64().max(1e-9);
     let generated = reply.tokens.len();
     StepEvent {
@@ -257,7 +313,9 @@ fn step_event(reply: &Reply, costs: &CostModel, totals: &Totals, k: usize, accep
         accepted,
         generated,
         tokens_per_second: generated as f64 / elapsed,
-        speedup_vs_plain: costs.plain_ms().map(|t1| t1 / 1000.0 * generated as f64 / elapsed),
+        speedup_vs_plain: costs
+            .plain_ms()
+            .map(|t1| t1 / 1000.0 * generated as f64 / elapsed),
         acceptance_rate: totals.acceptance(),
     }
 }

@@ -1,0 +1,99 @@
+//! Prompt lookup: draft by copying what followed the latest earlier occurrence of the last few
+//! tokens. It costs almost nothing, and wins when the reply repeats its input ("fix this
+//! code", "rewrite this paragraph"). Its proposals are deterministic (q is one-hot).
+
+use super::drafter::{Draft, Drafter};
+use crate::error::Result;
+use crate::sampling::Sampler;
+
+pub struct PromptLookup {
+    /// Longest n-gram to match; longer matches are tried first.
+    pub max_ngram: usize,
+    pub min_ngram: usize,
+}
+
+impl Default for PromptLookup {
+    fn default() -> Self {
+        Self {
+            max_ngram: 4,
+            min_ngram: 2,
+        }
+    }
+}
+
+impl PromptLookup {
+    /// The continuation after the most recent earlier match of the context's last n tokens.
+    pub fn lookup(&self, context: &[u32], k: usize) -> Vec<u32> {
+        for n in (self.min_ngram..=self.max_ngram).rev() {
+            if context.len() <= n {
+                continue;
+            }
+            let pattern = &context[context.len() - n..];
+            // Search right to left, excluding the pattern's own position.
+            let found = (0..context.len() - n)
+                .rev()
+                .find(|&start| &context[start..start + n] == pattern);
+            if let Some(start) = found {
+                let from = start + n;
+                let to = (from + k).min(context.len());
+                return context[from..to].to_vec();
+            }
+        }
+        Vec::new()
+    }
+}
+
+impl Drafter for PromptLookup {
+    fn name(&self) -> &str {
+        "lookup"
+    }
+
+    fn prefill(&mut self, _context: &[u32]) -> Result<()> {
+        Ok(())
+    }
+
+    fn propose(
+        &mut self,
+        context: &[u32],
+        k: usize,
+        _sampler: &mut Sampler,
+        _position: usize,
+    ) -> Result<Vec<Draft>> {
+        Ok(self
+            .lookup(context, k)
+            .into_iter()
+            .map(Draft::certain)
+            .collect())
+    }
+
+    fn rollback(&mut self, _n_past: usize) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copies_what_followed_the_latest_match() {
+        let lookup = PromptLookup::default();
+        // "a b c d e ... a b" -> proposes "c d e"
+        let context = [1, 2, 3, 4, 5, 9, 1, 2];
+        assert_eq!(lookup.lookup(&context, 3), vec![3, 4, 5]);
+        assert_eq!(lookup.lookup(&context, 10), vec![3, 4, 5, 9, 1, 2]);
+    }
+
+    #[test]
+    fn prefers_longer_and_later_matches() {
+        let lookup = PromptLookup::default();
+        let context = [7, 8, 1, 7, 8, 2, 6, 7, 8];
+        assert_eq!(
+            lookup.lookup(&context, 1),
+            vec![2],
+            "the latest occurrence of 7 8"
+        );
+        assert!(
+            lookup.lookup(&[1, 2, 3], 4).is_empty(),
+            "no repeat, no draft"
+        );
+    }
+}
