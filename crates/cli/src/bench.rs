@@ -107,9 +107,7 @@ fn forward_costs(session: &mut specula_engine::Session) -> Result<Vec<ForwardCos
         let mut times = Vec::with_capacity(REPEATS);
         for _ in 0..REPEATS {
             let started = std::time::Instant::now();
-            model
-                .forward_all(&context[..n])
-                .map_err(|e| e.to_string())?;
+            model.forward_all(&context[..n]).map_err(|e| e.to_string())?;
             times.push(started.elapsed().as_secs_f64() * 1000.0);
             model.truncate(context.len());
         }
@@ -129,12 +127,8 @@ fn k_label(k: &KSetting) -> String {
 }
 
 pub fn bench(args: BenchArgs) -> CliResult {
-    if args.model.draft.is_none() && args.model.drafter != Some(specula_engine::DrafterKind::Lookup)
-    {
-        return Err(
-            "bench compares plain with speculative decoding: give --draft or --drafter lookup"
-                .into(),
-        );
+    if args.model.draft.is_none() && args.model.drafter != Some(specula_engine::DrafterKind::Lookup) {
+        return Err("bench compares plain with speculative decoding: give --draft or --drafter lookup".into());
     }
     let prompts = load_prompts(&args)?;
     let mut session = open_session(&args.model)?;
@@ -144,25 +138,16 @@ pub fn bench(args: BenchArgs) -> CliResult {
         println!("| {} | {:.1} | {:.2} |", c.n, c.ms, c.ratio);
     }
     println!();
-    let options = GenerateOptions {
-        max_tokens: args.max_tokens,
-        sampling: SamplingParams::greedy(),
-        stop: Vec::new(),
-    };
+    let options = GenerateOptions { max_tokens: args.max_tokens, sampling: SamplingParams::greedy(), stop: Vec::new() };
     let mut runs = Vec::new();
     for (i, item) in prompts.iter().enumerate() {
-        let prompt = session
-            .chat_prompt(&[specula_engine::Message::user(item.prompt.clone())])
-            .map_err(|e| e.to_string())?;
+        let prompt =
+            session.chat_prompt(&[specula_engine::Message::user(item.prompt.clone())]).map_err(|e| e.to_string())?;
         for k in &args.ks {
             // Plain and speculative back to back, per k, so both see the same machine state.
-            let plain = session
-                .generate_plain(&prompt, &options, &mut NullSink)
-                .map_err(|e| e.to_string())?;
+            let plain = session.generate_plain(&prompt, &options, &mut NullSink).map_err(|e| e.to_string())?;
             session.speculative.k = *k;
-            let spec = session
-                .generate(&prompt, &options, &mut NullSink)
-                .map_err(|e| e.to_string())?;
+            let spec = session.generate(&prompt, &options, &mut NullSink).map_err(|e| e.to_string())?;
             let run = record(item, k, &plain, &spec);
             eprintln!(
                 "[{}/{}] {:5} k={:4} plain {:5.2} tok/s  spec {:5.2} tok/s  {:.2}x  accepted {}/{}{}",
@@ -185,12 +170,7 @@ pub fn bench(args: BenchArgs) -> CliResult {
     if let Some(path) = &args.json {
         let report = Report {
             model: args.model.model.display().to_string(),
-            draft: args
-                .model
-                .draft
-                .as_ref()
-                .map(|d| d.display().to_string())
-                .unwrap_or_default(),
+            draft: args.model.draft.as_ref().map(|d| d.display().to_string()).unwrap_or_default(),
             max_tokens: args.max_tokens,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             forward_costs: &costs,
@@ -208,13 +188,10 @@ pub fn bench(args: BenchArgs) -> CliResult {
 
 fn load_prompts(args: &BenchArgs) -> Result<Vec<BenchPrompt>, String> {
     let text = match &args.prompts {
-        Some(path) => {
-            std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?
-        }
+        Some(path) => std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?,
         None => DEFAULT_PROMPTS.to_string(),
     };
-    let all: Vec<BenchPrompt> =
-        serde_json::from_str(&text).map_err(|e| format!("prompt set: {e}"))?;
+    let all: Vec<BenchPrompt> = serde_json::from_str(&text).map_err(|e| format!("prompt set: {e}"))?;
     let mut taken: std::collections::HashMap<String, usize> = Default::default();
     let chosen: Vec<BenchPrompt> = all
         .into_iter()
@@ -268,18 +245,14 @@ fn summarise(runs: &[Run]) -> Vec<Summary> {
     groups
         .into_iter()
         .map(|(kind, k)| {
-            let rs: Vec<&Run> = runs
-                .iter()
-                .filter(|r| (kind == "all" || r.kind == kind) && r.k == k)
-                .collect();
+            let rs: Vec<&Run> = runs.iter().filter(|r| (kind == "all" || r.kind == kind) && r.k == k).collect();
             let sum = |f: fn(&Run) -> f64| rs.iter().map(|r| f(r)).sum::<f64>();
             let plain_tps = sum(|r| r.plain_tokens as f64) / (sum(|r| r.plain_ms) / 1000.0);
             let spec_tps = sum(|r| r.spec_tokens as f64) / (sum(|r| r.spec_ms) / 1000.0);
             let predicted: Vec<f64> = rs.iter().filter_map(|r| r.predicted_speedup).collect();
             Summary {
                 acceptance: sum(|r| r.accepted as f64) / sum(|r| r.drafted as f64).max(1.0),
-                tokens_per_pass: sum(|r| r.spec_tokens as f64)
-                    / sum(|r| r.target_passes as f64).max(1.0),
+                tokens_per_pass: sum(|r| r.spec_tokens as f64) / sum(|r| r.target_passes as f64).max(1.0),
                 predicted_speedup: (!predicted.is_empty())
                     .then(|| predicted.iter().sum::<f64>() / predicted.len() as f64),
                 k_range: format!(
@@ -313,8 +286,7 @@ fn print_table(summary: &[Summary]) {
             s.speedup,
             s.acceptance * 100.0,
             s.tokens_per_pass,
-            s.predicted_speedup
-                .map_or("n/a".into(), |p| format!("{p:.2}x")),
+            s.predicted_speedup.map_or("n/a".into(), |p| format!("{p:.2}x")),
             s.k_range,
             s.identical
         );

@@ -11,11 +11,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(
-    name = "specula",
-    version,
-    about = "Local LLMs, faster: exact speculative decoding on GGUF models"
-)]
+#[command(name = "specula", version, about = "Local LLMs, faster: exact speculative decoding on GGUF models")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -100,10 +96,7 @@ impl SamplingArgs {
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SPECULA_LOG")
-                .unwrap_or_else(|_| "warn".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SPECULA_LOG").unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();

@@ -3,9 +3,7 @@
 use crate::{ModelArgs, SamplingArgs};
 use clap::Args;
 use specula_engine::speculative::KSetting;
-use specula_engine::{
-    device, Flow, GenerateOptions, Generation, Message, Session, Source, TokenEvent, TokenSink,
-};
+use specula_engine::{device, Flow, GenerateOptions, Generation, Message, Session, Source, TokenEvent, TokenSink};
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 
@@ -19,11 +17,7 @@ pub struct GenerateArgs {
     #[command(flatten)]
     sampling: SamplingArgs,
     /// The user's message (or, with --raw, the whole prompt).
-    #[arg(
-        long,
-        conflicts_with = "prompt_file",
-        required_unless_present = "prompt_file"
-    )]
+    #[arg(long, conflicts_with = "prompt_file", required_unless_present = "prompt_file")]
     prompt: Option<String>,
     /// Read the prompt from a file.
     #[arg(long)]
@@ -96,9 +90,7 @@ pub fn open_session(args: &ModelArgs) -> Result<Session, String> {
     let device = device::select(&args.device).map_err(|e| e.to_string())?;
     let mut session = Session::load(&args.model, &device, args.ctx).map_err(|e| e.to_string())?;
     if let Some(draft) = &args.draft {
-        session
-            .load_draft(draft, &device)
-            .map_err(|e| e.to_string())?;
+        session.load_draft(draft, &device).map_err(|e| e.to_string())?;
     }
     if let Some(kind) = args.drafter {
         session.set_drafter(kind).map_err(|e| e.to_string())?;
@@ -130,10 +122,7 @@ pub fn generate(args: GenerateArgs) -> CliResult {
     }
     .map_err(|e| e.to_string())?;
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string(&generation).map_err(|e| e.to_string())?
-        );
+        println!("{}", serde_json::to_string(&generation).map_err(|e| e.to_string())?);
     } else {
         println!();
     }
@@ -149,23 +138,14 @@ pub fn chat(args: ChatArgs) -> CliResult {
     let stdin = std::io::stdin();
     let interactive = stdin.is_terminal();
     if interactive {
-        eprintln!(
-            "Chatting with {}. Empty line or Ctrl-D to quit.",
-            session.target.info.name
-        );
+        eprintln!("Chatting with {}. Empty line or Ctrl-D to quit.", session.target.info.name);
     }
     loop {
         if interactive {
             eprint!("> ");
         }
         let mut line = String::new();
-        if stdin
-            .lock()
-            .read_line(&mut line)
-            .map_err(|e| e.to_string())?
-            == 0
-            || line.trim().is_empty()
-        {
+        if stdin.lock().read_line(&mut line).map_err(|e| e.to_string())? == 0 || line.trim().is_empty() {
             return Ok(());
         }
         messages.push(Message::user(line.trim_end()));
@@ -188,31 +168,17 @@ pub fn chat(args: ChatArgs) -> CliResult {
 pub fn serve(args: ServeArgs) -> CliResult {
     if let Some(dir) = &args.ui {
         if !dir.join("index.html").exists() {
-            return Err(format!(
-                "{}: no built web UI there (build it with `npm run build` in ui/)",
-                dir.display()
-            ));
+            return Err(format!("{}: no built web UI there (build it with `npm run build` in ui/)", dir.display()));
         }
     }
     let mut session = open_session(&args.model)?;
     session.speculative.k = args.k;
-    let model_id = args
-        .model
-        .model
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let config = specula_server::ServerConfig {
-        model_id,
-        api_key: args.api_key,
-        max_queue: args.max_queue,
-        ui_dir: args.ui,
-    };
+    let model_id = args.model.model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let config =
+        specula_server::ServerConfig { model_id, api_key: args.api_key, max_queue: args.max_queue, ui_dir: args.ui };
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     let addr = std::net::SocketAddr::new(args.host, args.port);
-    runtime
-        .block_on(specula_server::serve(session, config, addr))
-        .map_err(|e| format!("serving on {addr}: {e}"))
+    runtime.block_on(specula_server::serve(session, config, addr)).map_err(|e| format!("serving on {addr}: {e}"))
 }
 
 pub fn tokenize(args: TokenizeArgs) -> CliResult {
@@ -224,19 +190,12 @@ pub fn tokenize(args: TokenizeArgs) -> CliResult {
     let gguf = specula_engine::gguf::GgufFile::open(&args.model).map_err(|e| e.to_string())?;
     let tokenizer = specula_engine::Tokenizer::from_gguf(&gguf).map_err(|e| e.to_string())?;
     let ids = tokenizer.encode(&text).map_err(|e| e.to_string())?;
-    println!(
-        "{}",
-        serde_json::to_string(&ids).map_err(|e| e.to_string())?
-    );
+    println!("{}", serde_json::to_string(&ids).map_err(|e| e.to_string())?);
     Ok(())
 }
 
 pub fn options(args: &SamplingArgs) -> GenerateOptions {
-    GenerateOptions {
-        max_tokens: args.max_tokens,
-        sampling: args.params(),
-        stop: args.stop.clone(),
-    }
+    GenerateOptions { max_tokens: args.max_tokens, sampling: args.params(), stop: args.stop.clone() }
 }
 
 /// Streams text to stdout, coloured by provenance when stdout is a terminal.
@@ -246,9 +205,7 @@ pub struct Printer {
 
 impl Printer {
     pub fn new() -> Self {
-        Self {
-            colour: std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
-        }
+        Self { colour: std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none() }
     }
 }
 
@@ -275,19 +232,20 @@ impl TokenSink for Printer {
 
 pub fn print_stats(g: &Generation) {
     let s = &g.stats;
-    let prefill_rate =
-        (s.prompt_tokens - s.cached_prompt_tokens) as f64 / (s.prefill_ms / 1000.0).max(1e-9);
+    let prefill_rate = (s.prompt_tokens - s.cached_prompt_tokens) as f64 / (s.prefill_ms / 1000.0).max(1e-9);
     eprintln!(
         "prompt: {} tokens ({} cached) in {:.0} ms, {:.1} tok/s · decode: {} tokens in {:.0} ms, {:.2} tok/s",
-        s.prompt_tokens, s.cached_prompt_tokens, s.prefill_ms, prefill_rate, s.generated_tokens, s.decode_ms, s.tokens_per_second
+        s.prompt_tokens,
+        s.cached_prompt_tokens,
+        s.prefill_ms,
+        prefill_rate,
+        s.generated_tokens,
+        s.decode_ms,
+        s.tokens_per_second
     );
     if let Some(spec) = &s.speculative {
-        let speedup = spec
-            .speedup_vs_plain
-            .map_or("n/a".into(), |x| format!("{x:.2}x"));
-        let predicted = spec
-            .predicted_speedup
-            .map_or("n/a".into(), |x| format!("{x:.2}x"));
+        let speedup = spec.speedup_vs_plain.map_or("n/a".into(), |x| format!("{x:.2}x"));
+        let predicted = spec.predicted_speedup.map_or("n/a".into(), |x| format!("{x:.2}x"));
         eprintln!(
             "speculative: {speedup} vs plain (predicted {predicted}) · {}/{} drafts accepted ({:.0}%) · {} target passes, {:.2} tokens each · k {}-{}",
             spec.accepted,

@@ -12,21 +12,14 @@ fn models_dir() -> PathBuf {
 
 fn model(name: &str) -> PathBuf {
     let path = models_dir().join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run scripts/fetch-models.sh",
-        path.display()
-    );
+    assert!(path.exists(), "{} is missing: run scripts/fetch-models.sh", path.display());
     path
 }
 
 const SMOLLM: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
 fn specula(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_specula"))
-        .args(args)
-        .output()
-        .unwrap()
+    Command::new(env!("CARGO_BIN_EXE_specula")).args(args).output().unwrap()
 }
 
 /// Exit code 2, one line on stderr that says `error:` and contains `needle`, no panic.
@@ -36,24 +29,11 @@ fn assert_clear_error(out: &Output, needle: &str) {
     assert!(!stderr.contains("panicked"), "{stderr}");
     let lines: Vec<&str> = stderr.lines().collect();
     assert_eq!(lines.len(), 1, "one line expected: {stderr}");
-    assert!(
-        lines[0].starts_with("error: ") && lines[0].contains(needle),
-        "{stderr}"
-    );
+    assert!(lines[0].starts_with("error: ") && lines[0].contains(needle), "{stderr}");
 }
 
 fn generate(model: &str, extra: &[&str]) -> Output {
-    let mut args = vec![
-        "generate",
-        "--model",
-        model,
-        "--prompt",
-        "Hello",
-        "--max-tokens",
-        "4",
-        "--device",
-        "cpu",
-    ];
+    let mut args = vec!["generate", "--model", model, "--prompt", "Hello", "--max-tokens", "4", "--device", "cpu"];
     args.extend_from_slice(extra);
     specula(&args)
 }
@@ -68,10 +48,7 @@ fn a_file_that_is_not_gguf_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("notes.gguf");
     std::fs::write(&path, "these are not weights\n".repeat(100)).unwrap();
-    assert_clear_error(
-        &generate(path.to_str().unwrap(), &[]),
-        "not a GGUF model file",
-    );
+    assert_clear_error(&generate(path.to_str().unwrap(), &[]), "not a GGUF model file");
 }
 
 #[test]
@@ -83,11 +60,7 @@ fn a_truncated_gguf_is_a_clear_error_wherever_it_is_cut() {
         std::fs::write(&path, &full[..cut]).unwrap();
         let out = generate(path.to_str().unwrap(), &[]);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        let needle = if cut < 4 {
-            "not a GGUF model file"
-        } else {
-            "truncated"
-        };
+        let needle = if cut < 4 { "not a GGUF model file" } else { "truncated" };
         assert_clear_error(&out, needle);
         eprintln!("cut at {cut}: {}", stderr.trim());
     }
@@ -96,27 +69,15 @@ fn a_truncated_gguf_is_a_clear_error_wherever_it_is_cut() {
 #[test]
 fn an_unsupported_architecture_is_a_clear_error() {
     let gemma = model("gemma-3-270m-q4_k_m.gguf");
-    assert_clear_error(
-        &generate(gemma.to_str().unwrap(), &[]),
-        "unsupported model architecture `gemma3`",
-    );
+    assert_clear_error(&generate(gemma.to_str().unwrap(), &[]), "unsupported model architecture `gemma3`");
 }
 
 #[test]
 fn a_prompt_longer_than_the_context_is_a_clear_error() {
     let smol = model(SMOLLM);
     let long = "word ".repeat(200);
-    let out = specula(&[
-        "generate",
-        "--model",
-        smol.to_str().unwrap(),
-        "--prompt",
-        &long,
-        "--ctx",
-        "64",
-        "--device",
-        "cpu",
-    ]);
+    let out =
+        specula(&["generate", "--model", smol.to_str().unwrap(), "--prompt", &long, "--ctx", "64", "--device", "cpu"]);
     assert_clear_error(&out, "but the context holds 64");
 }
 
@@ -132,11 +93,7 @@ fn a_draft_with_another_vocabulary_is_a_clear_error() {
 fn generate_json_has_text_tokens_and_stats() {
     let smol = model(SMOLLM);
     let out = generate(smol.to_str().unwrap(), &["--json", "--temperature", "0"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let tokens = v["tokens"].as_array().unwrap();
     assert!(!tokens.is_empty() && tokens.len() <= 4);
@@ -144,13 +101,7 @@ fn generate_json_has_text_tokens_and_stats() {
     assert!(tokens[0]["id"].is_u64() && tokens[0]["text"].is_string());
     let text: String = tokens.iter().map(|t| t["text"].as_str().unwrap()).collect();
     assert_eq!(v["text"].as_str().unwrap(), text);
-    for key in [
-        "prompt_tokens",
-        "generated_tokens",
-        "prefill_ms",
-        "decode_ms",
-        "tokens_per_second",
-    ] {
+    for key in ["prompt_tokens", "generated_tokens", "prefill_ms", "decode_ms", "tokens_per_second"] {
         assert!(v["stats"][key].is_number(), "stats.{key}");
     }
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -162,65 +113,25 @@ fn speculative_json_has_provenance_and_stats() {
     let qwen = model("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
     let q = qwen.to_str().unwrap();
     // Self-speculation: the draft shares the target's file, so every draft is accepted.
-    let out = generate(
-        q,
-        &[
-            "--json",
-            "--mode",
-            "greedy",
-            "--draft",
-            q,
-            "--k",
-            "2",
-            "--max-tokens",
-            "8",
-        ],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = generate(q, &["--json", "--mode", "greedy", "--draft", q, "--k", "2"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let spec = &v["stats"]["speculative"];
-    for key in [
-        "drafted",
-        "accepted",
-        "acceptance_rate",
-        "target_passes",
-        "speedup_vs_plain",
-    ] {
+    for key in ["drafted", "accepted", "acceptance_rate", "target_passes", "speedup_vs_plain"] {
         assert!(spec[key].is_number(), "stats.speculative.{key}: {spec}");
     }
-    assert_eq!(
-        spec["drafted"], spec["accepted"],
-        "a model agrees with itself"
-    );
-    assert!(v["tokens"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|t| t["source"] == "accepted"));
+    assert_eq!(spec["drafted"], spec["accepted"], "a model agrees with itself");
+    assert!(v["tokens"].as_array().unwrap().iter().any(|t| t["source"] == "accepted"));
 }
 
 #[test]
 fn tokenize_prints_ids_as_json() {
     let smol = model(SMOLLM);
-    let out = specula(&[
-        "tokenize",
-        "--model",
-        smol.to_str().unwrap(),
-        "--text",
-        "Hello, world! How are you today?",
-    ]);
+    let out = specula(&["tokenize", "--model", smol.to_str().unwrap(), "--text", "Hello, world! How are you today?"]);
     assert!(out.status.success());
     let ids: Vec<u32> = serde_json::from_slice(&out.stdout).unwrap();
     let golden: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../tests/data/tokenize.json"
-        ))
-        .unwrap(),
+        &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/data/tokenize.json")).unwrap(),
     )
     .unwrap();
     let case = golden["models"][SMOLLM]
@@ -229,11 +140,6 @@ fn tokenize_prints_ids_as_json() {
         .iter()
         .find(|c| c["text"] == "Hello, world! How are you today?")
         .unwrap();
-    let expected: Vec<u32> = case["ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i.as_u64().unwrap() as u32)
-        .collect();
+    let expected: Vec<u32> = case["ids"].as_array().unwrap().iter().map(|i| i.as_u64().unwrap() as u32).collect();
     assert_eq!(ids, expected);
 }

@@ -15,10 +15,7 @@ use rayon::prelude::*;
 pub fn causal_attention(q: &Tensor, cache: &KvCache, pos: usize) -> Result<Tensor> {
     let (k, v) = cache.buffers();
     if q.device().is_cpu() {
-        let op = RowExactAttention {
-            pos,
-            kv_len: cache.len(),
-        };
+        let op = RowExactAttention { pos, kv_len: cache.len() };
         Ok(q.contiguous()?.apply_op3_no_bwd(k, v, &op)?)
     } else {
         tensor_attention(q, k, v, pos, cache.len())
@@ -26,29 +23,20 @@ pub fn causal_attention(q: &Tensor, cache: &KvCache, pos: usize) -> Result<Tenso
 }
 
 /// The same computation in candle's tensor ops, for devices without the custom op.
-pub fn tensor_attention(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    pos: usize,
-    kv_len: usize,
-) -> Result<Tensor> {
+pub fn tensor_attention(q: &Tensor, k: &Tensor, v: &Tensor, pos: usize, kv_len: usize) -> Result<Tensor> {
     let (n_head, n, head_dim) = q.dims3()?;
     let n_kv_head = k.dims()[0];
     let group = n_head / n_kv_head;
     let repeat = |t: &Tensor| -> candle_core::Result<Tensor> {
         let t = t.narrow(1, 0, kv_len)?;
         // [n_kv, kv, d] -> [n_kv, group, kv, d] -> [n_head, kv, d]
-        t.unsqueeze(1)?
-            .broadcast_as((n_kv_head, group, kv_len, head_dim))?
-            .reshape((n_head, kv_len, head_dim))
+        t.unsqueeze(1)?.broadcast_as((n_kv_head, group, kv_len, head_dim))?.reshape((n_head, kv_len, head_dim))
     };
     let (k, v) = (repeat(k)?, repeat(v)?);
     let scale = 1.0 / (head_dim as f64).sqrt();
     let scores = (q.contiguous()?.matmul(&k.t()?)? * scale)?;
-    let mask: Vec<f32> = (0..n)
-        .flat_map(|i| (0..kv_len).map(move |j| if j > pos + i { f32::NEG_INFINITY } else { 0.0 }))
-        .collect();
+    let mask: Vec<f32> =
+        (0..n).flat_map(|i| (0..kv_len).map(move |j| if j > pos + i { f32::NEG_INFINITY } else { 0.0 })).collect();
     let mask = Tensor::from_vec(mask, (1, n, kv_len), q.device())?.to_dtype(DType::F32)?;
     let probs = candle_nn::ops::softmax(&scores.broadcast_add(&mask)?, D::Minus1)?;
     let out = probs.matmul(&v.contiguous()?)?; // [n_head, n, d]
@@ -76,11 +64,7 @@ impl CustomOp3 for RowExactAttention {
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (n_head, n, head_dim) = lq.shape().dims3()?;
         let (n_kv_head, capacity, _) = lk.shape().dims3()?;
-        if !lk.is_contiguous()
-            || !lv.is_contiguous()
-            || self.pos + n > self.kv_len
-            || self.kv_len > capacity
-        {
+        if !lk.is_contiguous() || !lv.is_contiguous() || self.pos + n > self.kv_len || self.kv_len > capacity {
             candle_core::bail!("attention: bad cache layout or length")
         }
         let q = &q.as_slice::<f32>()?[lq.start_offset()..];
@@ -90,34 +74,22 @@ impl CustomOp3 for RowExactAttention {
         let scale = 1.0 / (head_dim as f32).sqrt();
         let mut out = vec![0f32; n * n_head * head_dim];
         // Output row-major [n, n_head, head_dim]: each chunk is one (query, head) pair.
-        out.par_chunks_mut(head_dim)
-            .enumerate()
-            .with_min_len(4)
-            .for_each(|(idx, dst)| {
-                let (i, h) = (idx / n_head, idx % n_head);
-                let kv_head = h / group;
-                let query = &q[(h * n + i) * head_dim..][..head_dim];
-                let keys = &k[kv_head * capacity * head_dim..];
-                let values = &v[kv_head * capacity * head_dim..];
-                attend_one(query, keys, values, self.pos + i + 1, scale, dst);
-            });
+        out.par_chunks_mut(head_dim).enumerate().with_min_len(4).for_each(|(idx, dst)| {
+            let (i, h) = (idx / n_head, idx % n_head);
+            let kv_head = h / group;
+            let query = &q[(h * n + i) * head_dim..][..head_dim];
+            let keys = &k[kv_head * capacity * head_dim..];
+            let values = &v[kv_head * capacity * head_dim..];
+            attend_one(query, keys, values, self.pos + i + 1, scale, dst);
+        });
         Ok((CpuStorage::F32(out), Shape::from((n, n_head * head_dim))))
     }
 }
 
 /// One query over the first `len` cached positions: softmax(q·k / sqrt(d)) · v into `dst`.
-fn attend_one(
-    query: &[f32],
-    keys: &[f32],
-    values: &[f32],
-    len: usize,
-    scale: f32,
-    dst: &mut [f32],
-) {
+fn attend_one(query: &[f32], keys: &[f32], values: &[f32], len: usize, scale: f32, dst: &mut [f32]) {
     let d = query.len();
-    let mut scores: Vec<f32> = (0..len)
-        .map(|j| dot(query, &keys[j * d..][..d]) * scale)
-        .collect();
+    let mut scores: Vec<f32> = (0..len).map(|j| dot(query, &keys[j * d..][..d]) * scale).collect();
     let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0f32;
     for s in scores.iter_mut() {
@@ -139,12 +111,7 @@ fn attend_one(
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
+    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
     for (x, y) in ca.zip(cb) {
         for l in 0..8 {
             acc[l] += x[l] * y[l];
@@ -163,9 +130,7 @@ mod tests {
         let n = shape.0 * shape.1 * shape.2;
         let data: Vec<f32> = (0..n)
             .map(|_| {
-                state = state
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                 ((state >> 33) as f32 / (1u64 << 31) as f32) - 0.5
             })
             .collect();
@@ -174,9 +139,7 @@ mod tests {
 
     fn filled_cache(len: usize) -> KvCache {
         let mut cache = KvCache::new(2, 16, 8, &Device::Cpu).unwrap();
-        cache
-            .append(&random((2, len, 8), 1), &random((2, len, 8), 2))
-            .unwrap();
+        cache.append(&random((2, len, 8), 1), &random((2, len, 8), 2)).unwrap();
         cache
     }
 
@@ -184,19 +147,9 @@ mod tests {
     fn custom_op_matches_tensor_ops() {
         let cache = filled_cache(9);
         let q = random((4, 3, 8), 3); // positions 6, 7, 8
-        let ours: Vec<f32> = causal_attention(&q, &cache, 6)
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .to_vec1()
-            .unwrap();
+        let ours: Vec<f32> = causal_attention(&q, &cache, 6).unwrap().flatten_all().unwrap().to_vec1().unwrap();
         let (k, v) = cache.buffers();
-        let theirs: Vec<f32> = tensor_attention(&q, k, v, 6, 9)
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .to_vec1()
-            .unwrap();
+        let theirs: Vec<f32> = tensor_attention(&q, k, v, 6, 9).unwrap().flatten_all().unwrap().to_vec1().unwrap();
         for (a, b) in ours.iter().zip(&theirs) {
             assert!((a - b).abs() < 1e-5, "{a} vs {b}");
         }
@@ -211,10 +164,7 @@ mod tests {
             let mut alone = filled_cache(9);
             alone.truncate(7 + i);
             let qi = q.narrow(1, i, 1).unwrap();
-            let row: Vec<Vec<f32>> = causal_attention(&qi, &alone, 6 + i)
-                .unwrap()
-                .to_vec2()
-                .unwrap();
+            let row: Vec<Vec<f32>> = causal_attention(&qi, &alone, 6 + i).unwrap().to_vec2().unwrap();
             assert_eq!(&row[0], expected);
         }
     }
@@ -224,12 +174,8 @@ mod tests {
         let mut cache = KvCache::new(1, 4, 8, &Device::Cpu).unwrap();
         let v = random((1, 1, 8), 5);
         cache.append(&random((1, 1, 8), 6), &v).unwrap();
-        let out: Vec<f32> = causal_attention(&random((2, 1, 8), 7), &cache, 0)
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .to_vec1()
-            .unwrap();
+        let out: Vec<f32> =
+            causal_attention(&random((2, 1, 8), 7), &cache, 0).unwrap().flatten_all().unwrap().to_vec1().unwrap();
         let v: Vec<f32> = v.flatten_all().unwrap().to_vec1().unwrap();
         assert_eq!(&out[..8], &v[..]);
         assert_eq!(&out[8..], &v[..]);

@@ -25,22 +25,13 @@ pub struct Message {
 
 impl Message {
     pub fn system(content: impl Into<String>) -> Self {
-        Self {
-            role: Role::System,
-            content: content.into(),
-        }
+        Self { role: Role::System, content: content.into() }
     }
     pub fn user(content: impl Into<String>) -> Self {
-        Self {
-            role: Role::User,
-            content: content.into(),
-        }
+        Self { role: Role::User, content: content.into() }
     }
     pub fn assistant(content: impl Into<String>) -> Self {
-        Self {
-            role: Role::Assistant,
-            content: content.into(),
-        }
+        Self { role: Role::Assistant, content: content.into() }
     }
 }
 
@@ -60,41 +51,21 @@ impl ChatTemplate {
         }
     }
 
-    pub fn new(
-        source: String,
-        bos: Option<&str>,
-        eos: Option<&str>,
-        from_model: bool,
-    ) -> Result<Self> {
+    pub fn new(source: String, bos: Option<&str>, eos: Option<&str>, from_model: bool) -> Result<Self> {
         let mut env = minijinja::Environment::new();
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        env.add_function(
-            "raise_exception",
-            |msg: String| -> std::result::Result<String, minijinja::Error> {
-                Err(minijinja::Error::new(
-                    minijinja::ErrorKind::InvalidOperation,
-                    msg,
-                ))
-            },
-        );
-        env.add_template_owned("chat", source)
-            .map_err(|e| Error::Template(e.to_string()))?;
-        Ok(Self {
-            env,
-            bos: bos.unwrap_or_default().to_string(),
-            eos: eos.unwrap_or_default().to_string(),
-            from_model,
-        })
+        env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
+            Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
+        });
+        env.add_template_owned("chat", source).map_err(|e| Error::Template(e.to_string()))?;
+        Ok(Self { env, bos: bos.unwrap_or_default().to_string(), eos: eos.unwrap_or_default().to_string(), from_model })
     }
 
     /// The prompt for `messages`, ending where the assistant's reply begins.
     pub fn render(&self, messages: &[Message]) -> Result<String> {
-        let template = self
-            .env
-            .get_template("chat")
-            .map_err(|e| Error::Template(e.to_string()))?;
+        let template = self.env.get_template("chat").map_err(|e| Error::Template(e.to_string()))?;
         template
             .render(minijinja::context! {
                 messages => messages,
@@ -113,9 +84,7 @@ mod tests {
     #[test]
     fn fallback_is_chatml() {
         let t = ChatTemplate::new(FALLBACK_TEMPLATE.into(), None, None, false).unwrap();
-        let p = t
-            .render(&[Message::system("S"), Message::user("Hi")])
-            .unwrap();
+        let p = t.render(&[Message::system("S"), Message::user("Hi")]).unwrap();
         assert_eq!(p, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
     }
 

@@ -5,9 +5,8 @@ use candle_core::Device;
 
 /// Parse `auto`, `cpu`, `cuda`, `cuda:N` or `metal` and open that device.
 pub fn select(spec: &str) -> Result<Device> {
-    let unavailable = |what: &str, e: candle_core::Error| {
-        Error::InvalidSetting(format!("device `{what}` is not available: {e}"))
-    };
+    let unavailable =
+        |what: &str, e: candle_core::Error| Error::InvalidSetting(format!("device `{what}` is not available: {e}"));
     match spec {
         "cpu" => Ok(Device::Cpu),
         "auto" => Ok(auto()),
@@ -15,9 +14,7 @@ pub fn select(spec: &str) -> Result<Device> {
         "cuda" => Device::new_cuda(0).map_err(|e| unavailable(spec, e)),
         _ => match spec.strip_prefix("cuda:").map(str::parse::<usize>) {
             Some(Ok(ordinal)) => Device::new_cuda(ordinal).map_err(|e| unavailable(spec, e)),
-            _ => Err(Error::InvalidSetting(format!(
-                "device `{spec}`: expected auto, cpu, cuda, cuda:N or metal"
-            ))),
+            _ => Err(Error::InvalidSetting(format!("device `{spec}`: expected auto, cpu, cuda, cuda:N or metal"))),
         },
     }
 }

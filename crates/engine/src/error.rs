@@ -21,11 +21,7 @@ pub enum Error {
     Truncated { path: PathBuf, reason: String },
 
     #[error("{path}: unsupported model architecture `{arch}` (supported: {supported})")]
-    UnsupportedArchitecture {
-        path: PathBuf,
-        arch: String,
-        supported: String,
-    },
+    UnsupportedArchitecture { path: PathBuf, arch: String, supported: String },
 
     #[error("model metadata is invalid: {0}")]
     BadMetadata(String),
@@ -40,11 +36,7 @@ pub enum Error {
         "the prompt is {prompt_tokens} tokens but the context holds {context} \
          (with room for {reserve} generated); shorten the prompt or raise the context length"
     )]
-    ContextOverflow {
-        prompt_tokens: usize,
-        context: usize,
-        reserve: usize,
-    },
+    ContextOverflow { prompt_tokens: usize, context: usize, reserve: usize },
 
     #[error("the draft cannot pair with the target: {0}")]
     IncompatibleDraft(String),

@@ -100,11 +100,7 @@ pub struct GenerateOptions {
 
 impl Default for GenerateOptions {
     fn default() -> Self {
-        Self {
-            max_tokens: 512,
-            sampling: SamplingParams::default(),
-            stop: Vec::new(),
-        }
+        Self { max_tokens: 512, sampling: SamplingParams::default(), stop: Vec::new() }
     }
 }
 
@@ -161,10 +157,7 @@ pub struct CachedModel {
 
 impl CachedModel {
     pub fn new(model: Box<dyn CausalLm>) -> Self {
-        Self {
-            model,
-            ids: Vec::new(),
-        }
+        Self { model, ids: Vec::new() }
     }
 
     pub fn model(&self) -> &dyn CausalLm {
@@ -231,11 +224,7 @@ pub fn check_context(prompt_tokens: usize, capacity: usize) -> Result<()> {
         return Err(Error::InvalidSetting("the prompt is empty".into()));
     }
     if prompt_tokens >= capacity {
-        return Err(Error::ContextOverflow {
-            prompt_tokens,
-            context: capacity,
-            reserve: 1,
-        });
+        return Err(Error::ContextOverflow { prompt_tokens, context: capacity, reserve: 1 });
     }
     Ok(())
 }
@@ -285,13 +274,7 @@ impl<'a> Reply<'a> {
     }
 
     /// Add a token to the reply; false once the reply has ended.
-    pub fn commit(
-        &mut self,
-        id: u32,
-        source: Source,
-        p: Option<f32>,
-        q: Option<f32>,
-    ) -> Result<bool> {
+    pub fn commit(&mut self, id: u32, source: Source, p: Option<f32>, q: Option<f32>) -> Result<bool> {
         if self.is_done() {
             return Ok(false);
         }
@@ -302,22 +285,10 @@ impl<'a> Reply<'a> {
         self.context.push(id);
         let text = self.stream.push(id)?;
         self.text.push_str(&text);
-        let event = TokenEvent {
-            id,
-            text,
-            source,
-            p,
-            q,
-        };
+        let event = TokenEvent { id, text, source, p, q };
         let flow = self.sink.on_token(&event);
         self.tokens.push(event);
-        if let Some(at) = self
-            .options
-            .stop
-            .iter()
-            .filter_map(|s| self.text.find(s.as_str()))
-            .min()
-        {
+        if let Some(at) = self.options.stop.iter().filter_map(|s| self.text.find(s.as_str())).min() {
             self.text.truncate(at);
             self.finish = Some(FinishReason::StopString);
         } else if flow == Flow::Stop {
@@ -357,10 +328,7 @@ pub(crate) fn ms(d: Duration) -> f64 {
 
 /// Prefill the prompt, leaving its last token to be fed by the first decoding step.
 /// Returns (tokens reused from the cache, prefill time).
-pub(crate) fn prefill_prompt(
-    target: &mut CachedModel,
-    prompt: &[u32],
-) -> Result<(usize, Duration)> {
+pub(crate) fn prefill_prompt(target: &mut CachedModel, prompt: &[u32]) -> Result<(usize, Duration)> {
     check_context(prompt.len(), target.capacity())?;
     let started = Instant::now();
     let reused = common_prefix(target.cached_ids(), prompt).min(prompt.len() - 1);

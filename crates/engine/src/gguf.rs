@@ -20,10 +20,7 @@ pub struct GgufFile {
 impl GgufFile {
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
-        let io_err = |source| Error::Io {
-            path: path.clone(),
-            source,
-        };
+        let io_err = |source| Error::Io { path: path.clone(), source };
         let file = File::open(&path).map_err(io_err)?;
         let file_len = file.metadata().map_err(io_err)?.len();
         let mut reader = BufReader::new(file);
@@ -31,23 +28,13 @@ impl GgufFile {
         let content = gguf_file::Content::read(&mut reader).map_err(|e| {
             let reason = e.to_string();
             if looks_like_eof(&reason) {
-                Error::Truncated {
-                    path: path.clone(),
-                    reason: format!("the header ends early ({reason})"),
-                }
+                Error::Truncated { path: path.clone(), reason: format!("the header ends early ({reason})") }
             } else {
-                Error::NotGguf {
-                    path: path.clone(),
-                    reason: format!("unreadable header: {reason}"),
-                }
+                Error::NotGguf { path: path.clone(), reason: format!("unreadable header: {reason}") }
             }
         })?;
         check_tensor_extents(&path, &content, file_len)?;
-        Ok(Self {
-            path,
-            content,
-            reader,
-        })
+        Ok(Self { path, content, reader })
     }
 
     pub fn path(&self) -> &Path {
@@ -68,19 +55,13 @@ impl GgufFile {
 
     pub fn tensor(&mut self, name: &str, device: &Device) -> Result<QTensor> {
         if !self.has_tensor(name) {
-            return Err(Error::BadMetadata(format!(
-                "{}: tensor `{name}` is missing",
-                self.path.display()
-            )));
+            return Err(Error::BadMetadata(format!("{}: tensor `{name}` is missing", self.path.display())));
         }
         Ok(self.content.tensor(&mut self.reader, name, device)?)
     }
 
     fn value(&self, key: &str) -> Result<&gguf_file::Value> {
-        self.content
-            .metadata
-            .get(key)
-            .ok_or_else(|| Error::BadMetadata(format!("metadata key `{key}` is missing")))
+        self.content.metadata.get(key).ok_or_else(|| Error::BadMetadata(format!("metadata key `{key}` is missing")))
     }
 
     pub fn u32(&self, key: &str) -> Result<u32> {
@@ -102,31 +83,19 @@ impl GgufFile {
 
     pub fn string(&self, key: &str) -> Result<String> {
         let value = self.value(key)?;
-        value
-            .to_string()
-            .cloned()
-            .map_err(|_| Error::BadMetadata(format!("`{key}` is not a string")))
+        value.to_string().cloned().map_err(|_| Error::BadMetadata(format!("`{key}` is not a string")))
     }
 
     pub fn bool(&self, key: &str) -> Result<bool> {
         let value = self.value(key)?;
-        value
-            .to_bool()
-            .map_err(|_| Error::BadMetadata(format!("`{key}` is not a boolean")))
+        value.to_bool().map_err(|_| Error::BadMetadata(format!("`{key}` is not a boolean")))
     }
 
     pub fn string_array(&self, key: &str) -> Result<Vec<String>> {
-        let values = self
-            .value(key)?
-            .to_vec()
-            .map_err(|_| Error::BadMetadata(format!("`{key}` is not an array")))?;
+        let values = self.value(key)?.to_vec().map_err(|_| Error::BadMetadata(format!("`{key}` is not an array")))?;
         values
             .iter()
-            .map(|v| {
-                v.to_string()
-                    .cloned()
-                    .map_err(|_| Error::BadMetadata(format!("`{key}` holds a non-string")))
-            })
+            .map(|v| v.to_string().cloned().map_err(|_| Error::BadMetadata(format!("`{key}` holds a non-string"))))
             .collect()
     }
 }
@@ -134,10 +103,7 @@ impl GgufFile {
 fn check_magic(path: &Path, reader: &mut BufReader<File>, file_len: u64) -> Result<()> {
     let mut magic = [0u8; 4];
     if file_len < 4 || reader.read_exact(&mut magic).is_err() {
-        return Err(Error::NotGguf {
-            path: path.to_path_buf(),
-            reason: format!("only {file_len} bytes"),
-        });
+        return Err(Error::NotGguf { path: path.to_path_buf(), reason: format!("only {file_len} bytes") });
     }
     if &magic != GGUF_MAGIC {
         return Err(Error::NotGguf {
@@ -146,23 +112,12 @@ fn check_magic(path: &Path, reader: &mut BufReader<File>, file_len: u64) -> Resu
         });
     }
     use std::io::Seek;
-    reader.rewind().map_err(|source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    })
+    reader.rewind().map_err(|source| Error::Io { path: path.to_path_buf(), source })
 }
 
 fn looks_like_eof(reason: &str) -> bool {
     let reason = reason.to_lowercase();
-    [
-        "fill whole buffer",
-        "eof",
-        "exceeds",
-        "end of file",
-        "remaining",
-    ]
-    .iter()
-    .any(|needle| reason.contains(needle))
+    ["fill whole buffer", "eof", "exceeds", "end of file", "remaining"].iter().any(|needle| reason.contains(needle))
 }
 
 /// A download cut short keeps a valid header; the loss shows only in the tensor data.

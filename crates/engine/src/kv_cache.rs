@@ -16,18 +16,9 @@ pub struct KvCache {
 }
 
 impl KvCache {
-    pub fn new(
-        n_kv_head: usize,
-        capacity: usize,
-        head_dim: usize,
-        device: &Device,
-    ) -> Result<Self> {
+    pub fn new(n_kv_head: usize, capacity: usize, head_dim: usize, device: &Device) -> Result<Self> {
         let shape = (n_kv_head, capacity, head_dim);
-        Ok(Self {
-            k: Tensor::zeros(shape, DType::F32, device)?,
-            v: Tensor::zeros(shape, DType::F32, device)?,
-            len: 0,
-        })
+        Ok(Self { k: Tensor::zeros(shape, DType::F32, device)?, v: Tensor::zeros(shape, DType::F32, device)?, len: 0 })
     }
 
     pub fn len(&self) -> usize {
@@ -46,11 +37,7 @@ impl KvCache {
     pub fn append(&mut self, k: &Tensor, v: &Tensor) -> Result<()> {
         let n = k.dims()[1];
         if self.len + n > self.capacity() {
-            return Err(Error::ContextOverflow {
-                prompt_tokens: self.len + n,
-                context: self.capacity(),
-                reserve: 0,
-            });
+            return Err(Error::ContextOverflow { prompt_tokens: self.len + n, context: self.capacity(), reserve: 0 });
         }
         self.k.slice_set(k, 1, self.len)?;
         self.v.slice_set(v, 1, self.len)?;
@@ -83,10 +70,7 @@ mod tests {
         assert_eq!(cache.len(), 1);
         cache.truncate(5);
         assert_eq!(cache.len(), 1, "truncate never grows");
-        let twos = (ones.narrow(1, 0, 2).unwrap() * 2.0)
-            .unwrap()
-            .contiguous()
-            .unwrap();
+        let twos = (ones.narrow(1, 0, 2).unwrap() * 2.0).unwrap().contiguous().unwrap();
         cache.append(&twos, &twos).unwrap();
         let k: Vec<Vec<Vec<f32>>> = cache.buffers().0.to_vec3().unwrap();
         assert_eq!(k[1][0], vec![1.0; 3]);

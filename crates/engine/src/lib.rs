@@ -25,15 +25,13 @@ pub mod tokenizer;
 pub use chat::{ChatTemplate, Message, Role};
 pub use error::{Error, Result};
 pub use generate::{
-    generate_plain, CachedModel, FinishReason, Flow, GenerateOptions, Generation, GenerationStats,
-    NullSink, Source, SpeculativeStats, StepEvent, TokenEvent, TokenSink,
+    generate_plain, CachedModel, FinishReason, Flow, GenerateOptions, Generation, GenerationStats, NullSink, Source,
+    SpeculativeStats, StepEvent, TokenEvent, TokenSink,
 };
 pub use models::{CausalLm, ModelInfo};
 pub use sampling::{Mode, SamplingParams};
 pub use session::{DrafterKind, Session};
-pub use speculative::{
-    check_pair, generate_speculative, DraftModel, Drafter, KSetting, SpeculativeOptions,
-};
+pub use speculative::{check_pair, generate_speculative, DraftModel, Drafter, KSetting, SpeculativeOptions};
 pub use tokenizer::Tokenizer;
 
 use std::path::Path;
@@ -51,21 +49,13 @@ pub struct LoadedModel {
 }
 
 impl LoadedModel {
-    pub fn load(
-        path: impl AsRef<Path>,
-        device: &candle_core::Device,
-        context: usize,
-    ) -> Result<Self> {
+    pub fn load(path: impl AsRef<Path>, device: &candle_core::Device, context: usize) -> Result<Self> {
         let mut gguf = gguf::GgufFile::open(path)?;
+        models::check_architecture(&gguf)?;
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
         let template = ChatTemplate::from_gguf(&gguf, tokenizer.bos_text(), tokenizer.eos_text())?;
         let (model, info) = models::load_model(&mut gguf, device, context)?;
-        Ok(Self {
-            model: CachedModel::new(model),
-            tokenizer,
-            template,
-            info,
-        })
+        Ok(Self { model: CachedModel::new(model), tokenizer, template, info })
     }
 
     /// The prompt for a chat, as the model's template renders it.

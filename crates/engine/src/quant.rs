@@ -51,11 +51,7 @@ impl QLinear {
 
     pub fn from_arc(weight: Arc<QTensor>, bias: Option<Tensor>) -> Result<Self> {
         let qmatmul = QMatMul::from_arc(weight.clone())?;
-        Ok(Self {
-            weight,
-            qmatmul,
-            bias,
-        })
+        Ok(Self { weight, qmatmul, bias })
     }
 
     pub fn dtype(&self) -> GgmlDType {
@@ -65,8 +61,7 @@ impl QLinear {
     /// `x`: `[.., in_features]` f32 → `[.., out_features]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let y = if x.device().is_cpu() {
-            x.contiguous()?
-                .apply_op1_no_bwd(&RowExactMatMul(&self.weight))?
+            x.contiguous()?.apply_op1_no_bwd(&RowExactMatMul(&self.weight))?
         } else {
             self.qmatmul.forward(x)?
         };
@@ -84,16 +79,10 @@ impl CustomOp1 for RowExactMatMul<'_> {
         "row-exact-qmatmul"
     }
 
-    fn cpu_fwd(
-        &self,
-        storage: &CpuStorage,
-        layout: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
         let (n, k) = self.0.shape().dims2()?;
         let dims = layout.shape().dims();
-        let Some((&last, batch)) = dims.split_last() else {
-            candle_core::bail!("matmul input has no dimensions")
-        };
+        let Some((&last, batch)) = dims.split_last() else { candle_core::bail!("matmul input has no dimensions") };
         if last != k {
             candle_core::bail!("matmul input {dims:?} does not match weight [{n}, {k}]")
         }
@@ -108,36 +97,16 @@ impl CustomOp1 for RowExactMatMul<'_> {
         match self.0.dtype() {
             GgmlDType::F32 => k_quants::matmul(mkn, lhs, blocks::<f32>(&bytes), &mut dst)?,
             GgmlDType::F16 => k_quants::matmul(mkn, lhs, blocks::<f16>(&bytes), &mut dst)?,
-            GgmlDType::Q4_0 => {
-                k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ4_0>(&bytes), &mut dst)?
-            }
-            GgmlDType::Q4_1 => {
-                k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ4_1>(&bytes), &mut dst)?
-            }
-            GgmlDType::Q5_0 => {
-                k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ5_0>(&bytes), &mut dst)?
-            }
-            GgmlDType::Q5_1 => {
-                k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ5_1>(&bytes), &mut dst)?
-            }
-            GgmlDType::Q8_0 => {
-                k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ8_0>(&bytes), &mut dst)?
-            }
-            GgmlDType::Q2K => {
-                k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ2K>(&bytes), &mut dst)?
-            }
-            GgmlDType::Q3K => {
-                k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ3K>(&bytes), &mut dst)?
-            }
-            GgmlDType::Q4K => {
-                k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ4K>(&bytes), &mut dst)?
-            }
-            GgmlDType::Q5K => {
-                k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ5K>(&bytes), &mut dst)?
-            }
-            GgmlDType::Q6K => {
-                k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ6K>(&bytes), &mut dst)?
-            }
+            GgmlDType::Q4_0 => k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ4_0>(&bytes), &mut dst)?,
+            GgmlDType::Q4_1 => k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ4_1>(&bytes), &mut dst)?,
+            GgmlDType::Q5_0 => k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ5_0>(&bytes), &mut dst)?,
+            GgmlDType::Q5_1 => k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ5_1>(&bytes), &mut dst)?,
+            GgmlDType::Q8_0 => k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ8_0>(&bytes), &mut dst)?,
+            GgmlDType::Q2K => k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ2K>(&bytes), &mut dst)?,
+            GgmlDType::Q3K => k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ3K>(&bytes), &mut dst)?,
+            GgmlDType::Q4K => k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ4K>(&bytes), &mut dst)?,
+            GgmlDType::Q5K => k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ5K>(&bytes), &mut dst)?,
+            GgmlDType::Q6K => k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ6K>(&bytes), &mut dst)?,
             other => candle_core::bail!("no CPU matmul for weight type {other:?}"),
         }
         let mut out_dims = batch.to_vec();
@@ -151,9 +120,7 @@ impl CustomOp1 for RowExactMatMul<'_> {
 pub fn dequantize_rows(weight: &QTensor, ids: &[u32], device: &Device) -> Result<Tensor> {
     let (rows, cols) = weight.shape().dims2()?;
     if let Some(&bad) = ids.iter().find(|&&id| id as usize >= rows) {
-        return Err(Error::InvalidSetting(format!(
-            "token id {bad} is outside the vocabulary of {rows}"
-        )));
+        return Err(Error::InvalidSetting(format!("token id {bad} is outside the vocabulary of {rows}")));
     }
     if !matches!(weight.device(), Device::Cpu) {
         let table = weight.dequantize(&weight.device())?;
@@ -176,11 +143,7 @@ pub fn dequantize_rows(weight: &QTensor, ids: &[u32], device: &Device) -> Result
             GgmlDType::Q4K => row_to_float::<k_quants::BlockQ4K>(&bytes, id, dst),
             GgmlDType::Q5K => row_to_float::<k_quants::BlockQ5K>(&bytes, id, dst),
             GgmlDType::Q6K => row_to_float::<k_quants::BlockQ6K>(&bytes, id, dst),
-            other => {
-                return Err(Error::BadMetadata(format!(
-                    "cannot dequantize weight type {other:?}"
-                )))
-            }
+            other => return Err(Error::BadMetadata(format!("cannot dequantize weight type {other:?}"))),
         }
     }
     Ok(Tensor::from_vec(out, (ids.len(), cols), device)?)
@@ -196,11 +159,7 @@ fn row_to_float<T: GgmlType>(bytes: &[u8], row: u32, dst: &mut [f32]) {
 /// The quantized blocks behind a CPU `QTensor`'s bytes.
 fn blocks<T: GgmlType>(bytes: &[u8]) -> &[T] {
     let ptr = bytes.as_ptr();
-    assert_eq!(
-        ptr.align_offset(std::mem::align_of::<T>()),
-        0,
-        "misaligned weight blocks"
-    );
+    assert_eq!(ptr.align_offset(std::mem::align_of::<T>()), 0, "misaligned weight blocks");
     // SAFETY: candle stores a CPU QTensor as a Vec<T> of its block type; `data()` hands back
     // exactly those bytes, so they are aligned (checked above) and valid values of T.
     unsafe { std::slice::from_raw_parts(ptr.cast::<T>(), bytes.len() / std::mem::size_of::<T>()) }
@@ -214,9 +173,7 @@ mod tests {
         let mut state = seed;
         let data: Vec<f32> = (0..shape.0 * shape.1)
             .map(|_| {
-                state = state
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                 ((state >> 33) as f32 / (1u64 << 31) as f32) - 0.5
             })
             .collect();
@@ -225,12 +182,7 @@ mod tests {
 
     #[test]
     fn rows_do_not_depend_on_their_batch() {
-        for dtype in [
-            GgmlDType::Q4K,
-            GgmlDType::Q6K,
-            GgmlDType::Q8_0,
-            GgmlDType::Q4_0,
-        ] {
+        for dtype in [GgmlDType::Q4K, GgmlDType::Q6K, GgmlDType::Q8_0, GgmlDType::Q4_0] {
             let w = QTensor::quantize(&random((64, 512), 1), dtype).unwrap();
             let linear = QLinear::new(w, None).unwrap();
             let x = random((7, 512), 2);
@@ -248,30 +200,13 @@ mod tests {
     fn agrees_with_candle_qmatmul() {
         for dtype in [GgmlDType::Q4K, GgmlDType::Q6K, GgmlDType::Q8_0] {
             let w = QTensor::quantize(&random((64, 512), 3), dtype).unwrap();
-            let reference =
-                QMatMul::from_qtensor(QTensor::quantize(&random((64, 512), 3), dtype).unwrap())
-                    .unwrap();
+            let reference = QMatMul::from_qtensor(QTensor::quantize(&random((64, 512), 3), dtype).unwrap()).unwrap();
             let x = random((5, 512), 4);
-            let ours: Vec<f32> = QLinear::new(w, None)
-                .unwrap()
-                .forward(&x)
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .to_vec1()
-                .unwrap();
-            let theirs: Vec<f32> = reference
-                .forward(&x)
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .to_vec1()
-                .unwrap();
+            let ours: Vec<f32> =
+                QLinear::new(w, None).unwrap().forward(&x).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+            let theirs: Vec<f32> = reference.forward(&x).unwrap().flatten_all().unwrap().to_vec1().unwrap();
             for (a, b) in ours.iter().zip(&theirs) {
-                assert!(
-                    (a - b).abs() < 1e-3 * (1.0 + b.abs()),
-                    "{dtype:?}: {a} vs {b}"
-                );
+                assert!((a - b).abs() < 1e-3 * (1.0 + b.abs()), "{dtype:?}: {a} vs {b}");
             }
         }
     }

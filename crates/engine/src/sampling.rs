@@ -25,9 +25,7 @@ impl std::str::FromStr for Mode {
             "greedy" => Ok(Mode::Greedy),
             "sample" => Ok(Mode::Sample),
             "reproducible" => Ok(Mode::Reproducible),
-            _ => Err(Error::InvalidSetting(format!(
-                "mode `{s}`: expected greedy, sample or reproducible"
-            ))),
+            _ => Err(Error::InvalidSetting(format!("mode `{s}`: expected greedy, sample or reproducible"))),
         }
     }
 }
@@ -65,10 +63,7 @@ impl Default for SamplingParams {
 
 impl SamplingParams {
     pub fn greedy() -> Self {
-        Self {
-            mode: Mode::Greedy,
-            ..Self::default()
-        }
+        Self { mode: Mode::Greedy, ..Self::default() }
     }
 
     /// Greedy when asked for, or when the temperature is zero.
@@ -83,10 +78,7 @@ impl SamplingParams {
     pub fn validate(&self) -> Result<()> {
         let bad = |what: String| Err(Error::InvalidSetting(what));
         if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
-            return bad(format!(
-                "temperature {} must be 0 or more",
-                self.temperature
-            ));
+            return bad(format!("temperature {} must be 0 or more", self.temperature));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             return bad(format!("top_p {} must be in (0, 1]", self.top_p));
@@ -95,10 +87,7 @@ impl SamplingParams {
             return bad(format!("min_p {} must be in [0, 1)", self.min_p));
         }
         if !(self.repetition_penalty > 0.0 && self.repetition_penalty.is_finite()) {
-            return bad(format!(
-                "repetition_penalty {} must be positive",
-                self.repetition_penalty
-            ));
+            return bad(format!("repetition_penalty {} must be positive", self.repetition_penalty));
         }
         Ok(())
     }
@@ -113,11 +102,7 @@ impl SamplingParams {
             for &id in &history[history.len().saturating_sub(WINDOW)..] {
                 if let Some(l) = logits.get_mut(id as usize) {
                     if seen.insert(id) {
-                        *l = if *l > 0.0 {
-                            *l / self.repetition_penalty
-                        } else {
-                            *l * self.repetition_penalty
-                        };
+                        *l = if *l > 0.0 { *l / self.repetition_penalty } else { *l * self.repetition_penalty };
                     }
                 }
             }
@@ -201,10 +186,7 @@ pub fn argmax(values: &[f32]) -> u32 {
 
 pub fn softmax(logits: &[f32], temperature: f32) -> Vec<f32> {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut probs: Vec<f32> = logits
-        .iter()
-        .map(|&l| ((l - max) / temperature).exp())
-        .collect();
+    let mut probs: Vec<f32> = logits.iter().map(|&l| ((l - max) / temperature).exp()).collect();
     let sum: f64 = probs.iter().map(|&p| p as f64).sum();
     let inv = (1.0 / sum) as f32;
     probs.iter_mut().for_each(|p| *p *= inv);
@@ -213,14 +195,8 @@ pub fn softmax(logits: &[f32], temperature: f32) -> Vec<f32> {
 
 /// Zero every token outside top-k, top-p and min-p, and renormalise.
 fn truncate_distribution(probs: &mut [f32], top_k: usize, top_p: f32, min_p: f32) {
-    let mut order: Vec<u32> = (0..probs.len() as u32)
-        .filter(|&i| probs[i as usize] > 0.0)
-        .collect();
-    let by_prob_desc = |a: &u32, b: &u32| {
-        probs[*b as usize]
-            .total_cmp(&probs[*a as usize])
-            .then(a.cmp(b))
-    };
+    let mut order: Vec<u32> = (0..probs.len() as u32).filter(|&i| probs[i as usize] > 0.0).collect();
+    let by_prob_desc = |a: &u32, b: &u32| probs[*b as usize].total_cmp(&probs[*a as usize]).then(a.cmp(b));
     // Sorting 150k entries per position would dominate a step; the kept set is almost always
     // small, so sort a growing head until it covers what top-k and top-p keep.
     let mut head = if top_k > 0 { top_k } else { 64 };
@@ -230,10 +206,7 @@ fn truncate_distribution(probs: &mut [f32], top_k: usize, top_p: f32, min_p: f32
             order.select_nth_unstable_by(head, by_prob_desc);
         }
         order[..head].sort_unstable_by(by_prob_desc);
-        let mass: f64 = order[..head]
-            .iter()
-            .map(|&i| probs[i as usize] as f64)
-            .sum();
+        let mass: f64 = order[..head].iter().map(|&i| probs[i as usize] as f64).sum();
         if head == order.len() || (top_k > 0 && head == top_k) || mass >= top_p as f64 {
             break;
         }
@@ -252,11 +225,7 @@ fn truncate_distribution(probs: &mut [f32], top_k: usize, top_p: f32, min_p: f32
     }
     if min_p > 0.0 {
         let floor = probs[order[0] as usize] * min_p;
-        keep = order[..keep]
-            .iter()
-            .take_while(|&&i| probs[i as usize] >= floor)
-            .count()
-            .max(1);
+        keep = order[..keep].iter().take_while(|&&i| probs[i as usize] >= floor).count().max(1);
     }
     let mut kept = vec![0f32; probs.len()];
     let mut total = 0f64;
@@ -323,73 +292,33 @@ mod tests {
 
     #[test]
     fn top_k_top_p_min_p_keep_the_head() {
-        let logits: Vec<f32> = [4.0f32, 3.0, 2.0, 1.0, 0.0]
-            .iter()
-            .map(|x| x.ln())
-            .collect();
+        let logits: Vec<f32> = [4.0f32, 3.0, 2.0, 1.0, 0.0].iter().map(|x| x.ln()).collect();
         // probs 0.4, 0.3, 0.2, 0.1, 0
-        let params = SamplingParams {
-            temperature: 1.0,
-            top_k: 0,
-            top_p: 0.65,
-            min_p: 0.0,
-            ..Default::default()
-        };
+        let params = SamplingParams { temperature: 1.0, top_k: 0, top_p: 0.65, min_p: 0.0, ..Default::default() };
         let p = params.probabilities(&logits, &[]);
-        assert!(
-            (p[0] - 4.0 / 7.0).abs() < 1e-6 && (p[1] - 3.0 / 7.0).abs() < 1e-6,
-            "{p:?}"
-        );
+        assert!((p[0] - 4.0 / 7.0).abs() < 1e-6 && (p[1] - 3.0 / 7.0).abs() < 1e-6, "{p:?}");
         assert_eq!(&p[2..], &[0.0, 0.0, 0.0]);
-        let params = SamplingParams {
-            temperature: 1.0,
-            top_k: 3,
-            top_p: 1.0,
-            min_p: 0.0,
-            ..Default::default()
-        };
+        let params = SamplingParams { temperature: 1.0, top_k: 3, top_p: 1.0, min_p: 0.0, ..Default::default() };
         let p = params.probabilities(&logits, &[]);
         assert_eq!(p.iter().filter(|&&x| x > 0.0).count(), 3);
-        let params = SamplingParams {
-            temperature: 1.0,
-            top_k: 0,
-            top_p: 1.0,
-            min_p: 0.5,
-            ..Default::default()
-        };
+        let params = SamplingParams { temperature: 1.0, top_k: 0, top_p: 1.0, min_p: 0.5, ..Default::default() };
         let p = params.probabilities(&logits, &[]);
-        assert_eq!(
-            p.iter().filter(|&&x| x > 0.0).count(),
-            3,
-            "0.2 >= 0.4 * 0.5 stays: {p:?}"
-        );
+        assert_eq!(p.iter().filter(|&&x| x > 0.0).count(), 3, "0.2 >= 0.4 * 0.5 stays: {p:?}");
     }
 
     #[test]
     fn top_p_grows_the_sorted_head_when_needed() {
         let logits = vec![0.0f32; 1000];
-        let params = SamplingParams {
-            temperature: 1.0,
-            top_k: 0,
-            top_p: 0.5,
-            min_p: 0.0,
-            ..Default::default()
-        };
+        let params = SamplingParams { temperature: 1.0, top_k: 0, top_p: 0.5, min_p: 0.0, ..Default::default() };
         let p = params.probabilities(&logits, &[]);
         assert_eq!(p.iter().filter(|&&x| x > 0.0).count(), 500);
     }
 
     #[test]
     fn repetition_penalty_lowers_seen_tokens() {
-        let params = SamplingParams {
-            repetition_penalty: 2.0,
-            ..SamplingParams::greedy()
-        };
+        let params = SamplingParams { repetition_penalty: 2.0, ..SamplingParams::greedy() };
         assert_eq!(params.greedy_token(&[2.0, 1.5, -1.0], &[0, 0]), 1);
-        assert_eq!(
-            params.penalized(&[2.0, 1.5, -1.0], &[2]),
-            vec![2.0, 1.5, -2.0]
-        );
+        assert_eq!(params.penalized(&[2.0, 1.5, -1.0], &[2]), vec![2.0, 1.5, -2.0]);
     }
 
     #[test]
@@ -409,9 +338,7 @@ mod tests {
     fn sample_draws_follow_the_distribution() {
         let probs = [0.1f32, 0.0, 0.9];
         let mut rng = rand::rngs::StdRng::seed_from_u64(1);
-        let hits = (0..10_000)
-            .filter(|_| sample(&probs, &mut rng) == 2)
-            .count();
+        let hits = (0..10_000).filter(|_| sample(&probs, &mut rng) == 2).count();
         assert!((hits as f32 / 10_000.0 - 0.9).abs() < 0.02);
     }
 }

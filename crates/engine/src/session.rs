@@ -4,9 +4,7 @@ use crate::chat::Message;
 use crate::error::Error;
 use crate::error::Result;
 use crate::generate::{GenerateOptions, Generation, TokenSink};
-use crate::speculative::{
-    check_pair, generate_speculative, DraftModel, Drafter, PromptLookup, SpeculativeOptions,
-};
+use crate::speculative::{check_pair, generate_speculative, DraftModel, Drafter, PromptLookup, SpeculativeOptions};
 use crate::{generate_plain, LoadedModel, ModelInfo};
 use candle_core::Device;
 use std::path::Path;
@@ -30,9 +28,7 @@ impl std::str::FromStr for DrafterKind {
             "none" => Ok(DrafterKind::None),
             "model" => Ok(DrafterKind::Model),
             "lookup" => Ok(DrafterKind::Lookup),
-            _ => Err(Error::InvalidSetting(format!(
-                "drafter `{s}`: expected model, lookup or none"
-            ))),
+            _ => Err(Error::InvalidSetting(format!("drafter `{s}`: expected model, lookup or none"))),
         }
     }
 }
@@ -115,15 +111,7 @@ impl Session {
             _ => return self.generate_plain(prompt, options, sink),
         };
         let target = &mut self.target;
-        generate_speculative(
-            &mut target.model,
-            drafter,
-            &target.tokenizer,
-            prompt,
-            options,
-            &self.speculative,
-            sink,
-        )
+        generate_speculative(&mut target.model, drafter, &target.tokenizer, prompt, options, &self.speculative, sink)
     }
 
     /// A plain reply even when a draft is loaded: the reference for comparisons.
@@ -133,12 +121,6 @@ impl Session {
         options: &GenerateOptions,
         sink: &mut dyn TokenSink,
     ) -> Result<Generation> {
-        generate_plain(
-            &mut self.target.model,
-            &self.target.tokenizer,
-            prompt,
-            options,
-            sink,
-        )
+        generate_plain(&mut self.target.model, &self.target.tokenizer, prompt, options, sink)
     }
 }

@@ -15,15 +15,8 @@ use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 
 /// Texts of tokens that end a turn in the chat formats llama.cpp knows.
-const END_OF_TURN_TEXTS: &[&str] = &[
-    "<|im_end|>",
-    "<|eot_id|>",
-    "<|end_of_text|>",
-    "<|endoftext|>",
-    "<end_of_turn>",
-    "<|end|>",
-    "<EOT>",
-];
+const END_OF_TURN_TEXTS: &[&str] =
+    &["<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "<end_of_turn>", "<|end|>", "<EOT>"];
 
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
@@ -36,28 +29,19 @@ pub struct Tokenizer {
 
 impl Tokenizer {
     pub fn from_gguf(gguf: &GgufFile) -> Result<Self> {
-        let mut inner = tokenizers::Tokenizer::from_gguf(gguf.content())
-            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        let mut inner =
+            tokenizers::Tokenizer::from_gguf(gguf.content()).map_err(|e| Error::Tokenizer(e.to_string()))?;
         let pre = gguf.string("tokenizer.ggml.pre").unwrap_or_default();
         if let Some(pre_tokenizer) = corrected_pre_tokenizer(&pre) {
             inner.with_pre_tokenizer(Some(pre_tokenizer));
         }
         let tokens = gguf.string_array("tokenizer.ggml.tokens")?;
-        let id_text = |key: &str| {
-            gguf.u32(key)
-                .ok()
-                .and_then(|id| tokens.get(id as usize).cloned())
-        };
-        let mut stop_ids: BTreeSet<u32> =
-            ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"]
-                .iter()
-                .filter_map(|key| gguf.u32(key).ok())
-                .collect();
-        stop_ids.extend(
-            END_OF_TURN_TEXTS
-                .iter()
-                .filter_map(|text| inner.token_to_id(text)),
-        );
+        let id_text = |key: &str| gguf.u32(key).ok().and_then(|id| tokens.get(id as usize).cloned());
+        let mut stop_ids: BTreeSet<u32> = ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"]
+            .iter()
+            .filter_map(|key| gguf.u32(key).ok())
+            .collect();
+        stop_ids.extend(END_OF_TURN_TEXTS.iter().filter_map(|text| inner.token_to_id(text)));
         Ok(Self {
             bos: id_text("tokenizer.ggml.bos_token_id"),
             eos: id_text("tokenizer.ggml.eos_token_id"),
@@ -70,39 +54,24 @@ impl Tokenizer {
     /// A word-level tokenizer over `tokens` (id = index) that never stops generation: for
     /// small models built in tests, which have no GGUF file.
     pub fn from_vocab(tokens: Vec<String>) -> Result<Self> {
-        let vocab = tokens
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.clone(), i as u32))
-            .collect();
+        let vocab = tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
         let model = tokenizers::models::wordlevel::WordLevel::builder()
             .vocab(vocab)
             .unk_token(tokens.first().cloned().unwrap_or_default())
             .build()
             .map_err(|e| Error::Tokenizer(e.to_string()))?;
-        Ok(Self {
-            inner: tokenizers::Tokenizer::new(model),
-            tokens,
-            stop_ids: BTreeSet::new(),
-            bos: None,
-            eos: None,
-        })
+        Ok(Self { inner: tokenizers::Tokenizer::new(model), tokens, stop_ids: BTreeSet::new(), bos: None, eos: None })
     }
 
     /// Token ids of `text`, special tokens parsed (never split), with the model's own BOS setting.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        let encoding = self
-            .inner
-            .encode(text, true)
-            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        let encoding = self.inner.encode(text, true).map_err(|e| Error::Tokenizer(e.to_string()))?;
         Ok(encoding.get_ids().to_vec())
     }
 
     /// The text of `ids`, special tokens included.
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
-        self.inner
-            .decode(ids, false)
-            .map_err(|e| Error::Tokenizer(e.to_string()))
+        self.inner.decode(ids, false).map_err(|e| Error::Tokenizer(e.to_string()))
     }
 
     /// Tokens that end generation: EOS, end-of-turn and their relatives.
@@ -128,12 +97,7 @@ impl Tokenizer {
 
     /// A streaming decoder for one reply.
     pub fn stream(&self) -> TokenStream<'_> {
-        TokenStream {
-            tokenizer: self,
-            ids: Vec::new(),
-            prefix: 0,
-            read: 0,
-        }
+        TokenStream { tokenizer: self, ids: Vec::new(), prefix: 0, read: 0 }
     }
 }
 
@@ -141,13 +105,9 @@ fn corrected_pre_tokenizer(pre: &str) -> Option<PreTokenizerWrapper> {
     match pre {
         // candle builds these right.
         "qwen2" | "llama3" | "llama-bpe" | "smaug-bpe" | "lfm2" => None,
-        "smollm" => Some(
-            Sequence::new(vec![
-                Digits::new(true).into(),
-                ByteLevel::new(false, true, true).into(),
-            ])
-            .into(),
-        ),
+        "smollm" => {
+            Some(Sequence::new(vec![Digits::new(true).into(), ByteLevel::new(false, true, true).into()]).into())
+        }
         _ => Some(ByteLevel::new(false, true, true).into()),
     }
 }
@@ -170,19 +130,11 @@ impl TokenStream<'_> {
     /// Feed one token; returns the text it completes, possibly empty. Special tokens
     /// (end-of-turn markers) are not part of the reply text.
     pub fn push(&mut self, id: u32) -> Result<String> {
-        let decode = |ids: &[u32]| {
-            self.tokenizer
-                .inner
-                .decode(ids, true)
-                .map_err(|e| Error::Tokenizer(e.to_string()))
-        };
+        let decode = |ids: &[u32]| self.tokenizer.inner.decode(ids, true).map_err(|e| Error::Tokenizer(e.to_string()));
         let before = decode(&self.ids[self.prefix..self.read])?;
         self.ids.push(id);
         let after = decode(&self.ids[self.prefix..])?;
-        if after.len() > before.len()
-            && !after.ends_with('\u{FFFD}')
-            && after.is_char_boundary(before.len())
-        {
+        if after.len() > before.len() && !after.ends_with('\u{FFFD}') && after.is_char_boundary(before.len()) {
             let text = after[before.len()..].to_string();
             self.prefix = self.read;
             self.read = self.ids.len();
@@ -194,17 +146,12 @@ impl TokenStream<'_> {
 
     /// Whatever is held back at the end of a reply (an incomplete character), lossily.
     pub fn flush(&mut self) -> Result<String> {
-        let before = self
-            .tokenizer
-            .inner
-            .decode(&self.ids[self.prefix..self.read], true);
+        let before = self.tokenizer.inner.decode(&self.ids[self.prefix..self.read], true);
         let after = self.tokenizer.inner.decode(&self.ids[self.prefix..], true);
         self.prefix = self.ids.len();
         self.read = self.ids.len();
         match (before, after) {
-            (Ok(b), Ok(a)) if a.len() > b.len() && a.is_char_boundary(b.len()) => {
-                Ok(a[b.len()..].to_string())
-            }
+            (Ok(b), Ok(a)) if a.len() > b.len() && a.is_char_boundary(b.len()) => Ok(a[b.len()..].to_string()),
             (Ok(_), Ok(_)) => Ok(String::new()),
             (Err(e), _) | (_, Err(e)) => Err(Error::Tokenizer(e.to_string())),
         }

@@ -14,11 +14,7 @@ fn greedy_reproduces_llama_cpp_up_to_near_ties() {
     let cases = golden["models"][TARGET].as_array().unwrap();
     let n_predict = golden["n_predict"].as_u64().unwrap() as usize;
     let mut lm = LoadedModel::load(model(TARGET), &Device::Cpu, 1024).unwrap();
-    let options = GenerateOptions {
-        max_tokens: n_predict,
-        sampling: SamplingParams::greedy(),
-        stop: vec![],
-    };
+    let options = GenerateOptions { max_tokens: n_predict, sampling: SamplingParams::greedy(), stop: vec![] };
     let mut full_matches = 0;
     for case in cases {
         let user = case["user"].as_str().unwrap();
@@ -51,14 +47,8 @@ fn greedy_reproduces_llama_cpp_up_to_near_ties() {
         sorted.sort_by(|a, b| b.total_cmp(a));
         let gap = sorted[0] - sorted[1];
         eprintln!("diverge {user:?} at token {diverged_at}: top-two logit gap {gap:.4}");
-        assert!(
-            gap < 0.1,
-            "{user:?}: diverged at token {diverged_at} with a clear winner (gap {gap})"
-        );
+        assert!(gap < 0.1, "{user:?}: diverged at token {diverged_at} with a clear winner (gap {gap})");
     }
-    eprintln!(
-        "{full_matches} of {} prompts match over all {n_predict} tokens",
-        cases.len()
-    );
+    eprintln!("{full_matches} of {} prompts match over all {n_predict} tokens", cases.len());
     assert!(full_matches >= 3, "only {full_matches} full matches");
 }

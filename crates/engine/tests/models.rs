@@ -45,23 +45,12 @@ fn all_positions_match_single_steps(name: &str) {
     let positions: Vec<usize> = (0..20).map(|i| (i * 37 + 11) % 60).collect();
     for &pos in &positions {
         let (a, b) = (&batched[pos], &single[pos]);
-        let range =
-            b.iter().copied().fold(f32::MIN, f32::max) - b.iter().copied().fold(f32::MAX, f32::min);
-        let diff = a
-            .iter()
-            .zip(b)
-            .map(|(x, y)| (x - y).abs())
-            .fold(0f32, f32::max);
-        assert!(
-            diff <= 1e-3 * range,
-            "{name} position {pos}: max diff {diff}, range {range}"
-        );
+        let range = b.iter().copied().fold(f32::MIN, f32::max) - b.iter().copied().fold(f32::MAX, f32::min);
+        let diff = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+        assert!(diff <= 1e-3 * range, "{name} position {pos}: max diff {diff}, range {range}");
         assert_eq!(argmax(a), argmax(b), "{name} position {pos}");
         // Stronger than asked: every op is row-independent, so the logits are bit-identical.
-        assert_eq!(
-            a, b,
-            "{name} position {pos}: batched and single-step logits differ"
-        );
+        assert_eq!(a, b, "{name} position {pos}: batched and single-step logits differ");
     }
 }
 
@@ -89,10 +78,7 @@ fn rollback_forgets_rejected_tokens(name: &str) {
     let mut fresh = load(name);
     fresh.forward(prefix).unwrap();
     let expected = rows(&fresh.forward(&[tokens[5]]).unwrap()).remove(0);
-    assert_eq!(
-        next, expected,
-        "{name}: logits after rollback differ from a cache that never saw the extra tokens"
-    );
+    assert_eq!(next, expected, "{name}: logits after rollback differ from a cache that never saw the extra tokens");
 }
 
 #[test]
@@ -113,13 +99,8 @@ fn llama_rollback_is_exact() {
 /// for short inputs. The argmax must agree; independent agreement with llama.cpp is the
 /// golden greedy test.
 fn check_against_reference(ours: &[f32], theirs: &[f32], what: &str, tolerance: f32) {
-    let range = theirs.iter().copied().fold(f32::MIN, f32::max)
-        - theirs.iter().copied().fold(f32::MAX, f32::min);
-    let diff = ours
-        .iter()
-        .zip(theirs)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0f32, f32::max);
+    let range = theirs.iter().copied().fold(f32::MIN, f32::max) - theirs.iter().copied().fold(f32::MAX, f32::min);
+    let diff = ours.iter().zip(theirs).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
     eprintln!("{what}: max |ours - candle| = {diff:.5} over a logit range of {range:.2}");
     assert!(diff <= tolerance * range, "{what}: {diff} vs range {range}");
     assert_eq!(argmax(ours), argmax(theirs), "{what}");
@@ -131,10 +112,7 @@ fn reference_last_logits(
 ) -> Vec<f32> {
     let mut last = None;
     for (pos, &t) in tokens.iter().enumerate() {
-        let input = Tensor::new(&[t], &Device::Cpu)
-            .unwrap()
-            .unsqueeze(0)
-            .unwrap();
+        let input = Tensor::new(&[t], &Device::Cpu).unwrap().unsqueeze(0).unwrap();
         last = Some(step(&input, pos).unwrap());
     }
     last.unwrap().squeeze(0).unwrap().to_vec1().unwrap()
@@ -151,12 +129,9 @@ fn qwen2_last_position_matches_candle_transformers() {
     let tokens = input(TARGET, 60);
     let ours = rows(&load(TARGET).forward(&tokens).unwrap()).pop().unwrap();
     let (mut file, content) = reference_content(TARGET);
-    let mut reference = candle_transformers::models::quantized_qwen2::ModelWeights::from_gguf(
-        content,
-        &mut file,
-        &Device::Cpu,
-    )
-    .unwrap();
+    let mut reference =
+        candle_transformers::models::quantized_qwen2::ModelWeights::from_gguf(content, &mut file, &Device::Cpu)
+            .unwrap();
     let theirs = reference_last_logits(&tokens, |x, pos| reference.forward(x, pos));
     check_against_reference(&ours, &theirs, "qwen2", 2e-2);
 }
@@ -168,12 +143,9 @@ fn llama_last_position_matches_candle_transformers() {
     let tokens = input(SMOLLM, 60);
     let ours = rows(&load(SMOLLM).forward(&tokens).unwrap()).pop().unwrap();
     let (mut file, content) = reference_content(SMOLLM);
-    let mut reference = candle_transformers::models::quantized_llama::ModelWeights::from_gguf(
-        content,
-        &mut file,
-        &Device::Cpu,
-    )
-    .unwrap();
+    let mut reference =
+        candle_transformers::models::quantized_llama::ModelWeights::from_gguf(content, &mut file, &Device::Cpu)
+            .unwrap();
     let theirs = reference_last_logits(&tokens, |x, pos| reference.forward(x, pos));
     check_against_reference(&ours, &theirs, "llama", 5e-2);
 }

@@ -5,12 +5,10 @@ mod common;
 
 use candle_core::Device;
 use common::*;
-use specula_engine::speculative::{
-    generate_speculative, DraftModel, Drafter, KSetting, SpeculativeOptions,
-};
+use specula_engine::speculative::{generate_speculative, DraftModel, Drafter, KSetting, SpeculativeOptions};
 use specula_engine::{
-    generate_plain, Flow, GenerateOptions, Generation, LoadedModel, Message, Mode, NullSink,
-    SamplingParams, Source, StepEvent, TokenEvent, TokenSink,
+    generate_plain, Flow, GenerateOptions, Generation, LoadedModel, Message, Mode, NullSink, SamplingParams, Source,
+    StepEvent, TokenEvent, TokenSink,
 };
 
 struct Pair {
@@ -22,10 +20,7 @@ fn pair() -> Pair {
     let target = LoadedModel::load(model(TARGET), &Device::Cpu, 1024).unwrap();
     let draft = LoadedModel::load(model(DRAFT), &Device::Cpu, 1024).unwrap();
     specula_engine::check_pair(&target.tokenizer, &draft.tokenizer).unwrap();
-    Pair {
-        target,
-        draft: DraftModel::new(draft.model),
-    }
+    Pair { target, draft: DraftModel::new(draft.model) }
 }
 
 /// Checks that every step commits at least one token. (The cache lengths after every step are
@@ -43,10 +38,7 @@ impl TokenSink for InvariantSink {
         Flow::Continue
     }
     fn on_step(&mut self, step: &StepEvent) -> Flow {
-        assert!(
-            self.committed > self.at_last_step,
-            "a step committed nothing"
-        );
+        assert!(self.committed > self.at_last_step, "a step committed nothing");
         assert_eq!(step.generated, self.committed);
         self.at_last_step = self.committed;
         self.steps += 1;
@@ -58,16 +50,8 @@ fn ids(g: &Generation) -> Vec<u32> {
     g.tokens.iter().map(|t| t.id).collect()
 }
 
-fn speculate(
-    pair: &mut Pair,
-    prompt: &[u32],
-    options: &GenerateOptions,
-    k: KSetting,
-) -> Generation {
-    let spec = SpeculativeOptions {
-        k,
-        ..Default::default()
-    };
+fn speculate(pair: &mut Pair, prompt: &[u32], options: &GenerateOptions, k: KSetting) -> Generation {
+    let spec = SpeculativeOptions { k, ..Default::default() };
     let mut sink = InvariantSink::default();
     let g = generate_speculative(
         &mut pair.target.model,
@@ -81,15 +65,8 @@ fn speculate(
     .unwrap();
     // After the reply, both caches hold the committed tokens but the newest.
     let n_past = prompt.len() + g.tokens.len() - 1;
-    assert_eq!(
-        pair.target.model.len(),
-        n_past,
-        "target cache after the reply"
-    );
-    assert!(
-        pair.draft.cached_len() <= n_past,
-        "draft cache after the reply"
-    );
+    assert_eq!(pair.target.model.len(), n_past, "target cache after the reply");
+    assert!(pair.draft.cached_len() <= n_past, "draft cache after the reply");
     assert!(sink.steps >= 1);
     g
 }
@@ -101,27 +78,13 @@ fn prompt(pair: &Pair, user: &str) -> Vec<u32> {
 #[test]
 fn greedy_speculative_equals_plain() {
     let mut pair = pair();
-    let options = GenerateOptions {
-        max_tokens: 64,
-        sampling: SamplingParams::greedy(),
-        stop: vec![],
-    };
+    let options = GenerateOptions { max_tokens: 64, sampling: SamplingParams::greedy(), stop: vec![] };
     let mut mismatches = 0;
     for user in PROMPTS {
         let prompt = prompt(&pair, user);
-        let plain = generate_plain(
-            &mut pair.target.model,
-            &pair.target.tokenizer,
-            &prompt,
-            &options,
-            &mut NullSink,
-        )
-        .unwrap();
-        for k in [
-            KSetting::Fixed(1),
-            KSetting::Fixed(4),
-            KSetting::Auto { max: 8 },
-        ] {
+        let plain =
+            generate_plain(&mut pair.target.model, &pair.target.tokenizer, &prompt, &options, &mut NullSink).unwrap();
+        for k in [KSetting::Fixed(1), KSetting::Fixed(4), KSetting::Auto { max: 8 }] {
             let spec = speculate(&mut pair, &prompt, &options, k);
             let s = spec.stats.speculative.as_ref().unwrap();
             eprintln!(
@@ -134,17 +97,10 @@ fn greedy_speculative_equals_plain() {
             );
             if ids(&spec) != ids(&plain) {
                 mismatches += 1;
-                eprintln!(
-                    "MISMATCH {k:?} {user:?}\n plain: {:?}\n spec:  {:?}",
-                    plain.text, spec.text
-                );
+                eprintln!("MISMATCH {k:?} {user:?}\n plain: {:?}\n spec:  {:?}", plain.text, spec.text);
             }
             assert_eq!(spec.text, plain.text);
-            assert!(
-                spec.tokens.iter().any(|t| t.source == Source::Accepted)
-                    || s.drafted == 0
-                    || s.accepted == 0
-            );
+            assert!(spec.tokens.iter().any(|t| t.source == Source::Accepted) || s.drafted == 0 || s.accepted == 0);
         }
     }
     assert_eq!(mismatches, 0);
@@ -156,30 +112,12 @@ fn reproducible_speculative_equals_plain_with_the_same_seed() {
     for user in PROMPTS {
         let prompt = prompt(&pair, user);
         for seed in [1, 2, 3] {
-            let sampling = SamplingParams {
-                mode: Mode::Reproducible,
-                temperature: 0.8,
-                seed,
-                ..Default::default()
-            };
-            let options = GenerateOptions {
-                max_tokens: 12,
-                sampling,
-                stop: vec![],
-            };
-            let plain = generate_plain(
-                &mut pair.target.model,
-                &pair.target.tokenizer,
-                &prompt,
-                &options,
-                &mut NullSink,
-            )
-            .unwrap();
-            for k in [
-                KSetting::Fixed(1),
-                KSetting::Fixed(4),
-                KSetting::Auto { max: 8 },
-            ] {
+            let sampling = SamplingParams { mode: Mode::Reproducible, temperature: 0.8, seed, ..Default::default() };
+            let options = GenerateOptions { max_tokens: 12, sampling, stop: vec![] };
+            let plain =
+                generate_plain(&mut pair.target.model, &pair.target.tokenizer, &prompt, &options, &mut NullSink)
+                    .unwrap();
+            for k in [KSetting::Fixed(1), KSetting::Fixed(4), KSetting::Auto { max: 8 }] {
                 let spec = speculate(&mut pair, &prompt, &options, k);
                 assert_eq!(ids(&spec), ids(&plain), "seed {seed} {k:?} {user:?}");
             }
@@ -190,11 +128,7 @@ fn reproducible_speculative_equals_plain_with_the_same_seed() {
 #[test]
 fn provenance_carries_p_and_q() {
     let mut pair = pair();
-    let options = GenerateOptions {
-        max_tokens: 24,
-        sampling: SamplingParams::greedy(),
-        stop: vec![],
-    };
+    let options = GenerateOptions { max_tokens: 24, sampling: SamplingParams::greedy(), stop: vec![] };
     let prompt = prompt(&pair, PROMPTS[0]);
     let g = speculate(&mut pair, &prompt, &options, KSetting::Fixed(4));
     for t in &g.tokens {
@@ -206,15 +140,8 @@ fn provenance_carries_p_and_q() {
     }
     assert!(g.tokens.iter().any(|t| t.source == Source::Accepted));
     let s = g.stats.speculative.unwrap();
-    assert!(
-        s.speedup_vs_plain.is_some()
-            && s.predicted_speedup.is_some()
-            && s.plain_ms_per_token.is_some()
-    );
-    assert!(
-        s.target_passes < g.tokens.len(),
-        "drafts were accepted, so fewer passes than tokens"
-    );
+    assert!(s.speedup_vs_plain.is_some() && s.predicted_speedup.is_some() && s.plain_ms_per_token.is_some());
+    assert!(s.target_passes < g.tokens.len(), "drafts were accepted, so fewer passes than tokens");
 }
 
 #[test]
@@ -225,8 +152,5 @@ fn a_draft_with_another_vocabulary_is_refused() {
     let message = err.to_string();
     eprintln!("{message}");
     assert!(message.contains("in the target but"), "{message}");
-    assert!(
-        session.draft_info().is_none(),
-        "the target stays usable without a draft"
-    );
+    assert!(session.draft_info().is_none(), "the target stays usable without a draft");
 }

@@ -12,18 +12,11 @@ fn tokenizer(name: &str) -> Tokenizer {
 
 fn golden_cases(name: &str) -> Vec<(String, Vec<u32>)> {
     let golden = golden("tokenize.json");
-    let cases = golden["models"][name]
-        .as_array()
-        .unwrap_or_else(|| panic!("no golden ids for {name}"));
+    let cases = golden["models"][name].as_array().unwrap_or_else(|| panic!("no golden ids for {name}"));
     cases
         .iter()
         .map(|c| {
-            let ids = c["ids"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|i| i.as_u64().unwrap() as u32)
-                .collect();
+            let ids = c["ids"].as_array().unwrap().iter().map(|i| i.as_u64().unwrap() as u32).collect();
             (c["text"].as_str().unwrap().to_string(), ids)
         })
         .collect()
@@ -35,11 +28,7 @@ fn matches_golden_and_round_trips(name: &str) {
     assert!(cases.len() >= 5);
     for (text, ids) in cases {
         assert_eq!(tok.encode(&text).unwrap(), ids, "{name}: {text:?}");
-        assert_eq!(
-            tok.decode(&ids).unwrap(),
-            text,
-            "{name}: decode(encode(s)) != s"
-        );
+        assert_eq!(tok.decode(&ids).unwrap(), text, "{name}: decode(encode(s)) != s");
     }
 }
 
@@ -65,20 +54,13 @@ fn special_tokens_are_never_split() {
 #[test]
 fn streaming_never_emits_half_a_character() {
     let tok = tokenizer(TARGET);
-    for text in [
-        "こんにちは世界 🌍🚀✨ 👩‍💻",
-        "naïve café — déjà vu",
-        "你好，世界！",
-    ] {
+    for text in ["こんにちは世界 🌍🚀✨ 👩‍💻", "naïve café — déjà vu", "你好，世界！"] {
         let ids = tok.encode(text).unwrap();
         let mut stream = tok.stream();
         let mut out = String::new();
         for &id in &ids {
             let piece = stream.push(id).unwrap();
-            assert!(
-                !piece.contains('\u{FFFD}'),
-                "{text:?}: emitted a partial character"
-            );
+            assert!(!piece.contains('\u{FFFD}'), "{text:?}: emitted a partial character");
             out.push_str(&piece);
         }
         out.push_str(&stream.flush().unwrap());
@@ -90,9 +72,7 @@ fn streaming_never_emits_half_a_character() {
 fn qwen_pair_shares_a_vocabulary() {
     let (target, draft, smol) = (tokenizer(TARGET), tokenizer(DRAFT), tokenizer(SMOLLM));
     specula_engine::check_pair(&target, &draft).unwrap();
-    let err = specula_engine::check_pair(&target, &smol)
-        .unwrap_err()
-        .to_string();
+    let err = specula_engine::check_pair(&target, &smol).unwrap_err().to_string();
     assert!(err.contains("token 0") || err.contains("token"), "{err}");
     eprintln!("{err}");
 }

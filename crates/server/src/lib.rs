@@ -43,10 +43,7 @@ type Shared = Arc<AppState>;
 /// The router over an engine thread that owns `session`.
 pub fn router(session: Session, config: ServerConfig) -> Router {
     let ui_dir = config.ui_dir.clone();
-    let state = Arc::new(AppState {
-        worker: Worker::spawn(session),
-        config,
-    });
+    let state = Arc::new(AppState { worker: Worker::spawn(session), config });
     let api = Router::new()
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat_completions))
@@ -60,11 +57,7 @@ pub fn router(session: Session, config: ServerConfig) -> Router {
 }
 
 /// Bind and serve until Ctrl-C.
-pub async fn serve(
-    session: Session,
-    config: ServerConfig,
-    addr: std::net::SocketAddr,
-) -> std::io::Result<()> {
+pub async fn serve(session: Session, config: ServerConfig, addr: std::net::SocketAddr) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     eprintln!("specula serve: http://{}", listener.local_addr()?);
     axum::serve(listener, router(session, config))
@@ -86,29 +79,12 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(
-        status: StatusCode,
-        kind: &'static str,
-        code: &'static str,
-        message: impl Into<String>,
-    ) -> Self {
-        Self {
-            status,
-            kind,
-            code,
-            param: None,
-            message: message.into(),
-            retry_after: None,
-        }
+    fn new(status: StatusCode, kind: &'static str, code: &'static str, message: impl Into<String>) -> Self {
+        Self { status, kind, code, param: None, message: message.into(), retry_after: None }
     }
 
     fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
-        Self::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_request_error",
-            code,
-            message,
-        )
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", code, message)
     }
 }
 
@@ -123,12 +99,7 @@ impl From<Error> for ApiError {
             Error::InvalidSetting(_) | Error::Template(_) | Error::Tokenizer(_) => {
                 Self::bad_request(e.code(), e.to_string())
             }
-            other => Self::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "server_error",
-                "internal_error",
-                other.to_string(),
-            ),
+            other => Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "internal_error", other.to_string()),
         }
     }
 }
@@ -136,18 +107,11 @@ impl From<Error> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = ErrorBody {
-            error: ErrorDetail {
-                message: self.message,
-                kind: self.kind,
-                param: self.param,
-                code: self.code,
-            },
+            error: ErrorDetail { message: self.message, kind: self.kind, param: self.param, code: self.code },
         };
         let mut response = (self.status, Json(body)).into_response();
         if let Some(seconds) = self.retry_after {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, seconds.into());
+            response.headers_mut().insert(header::RETRY_AFTER, seconds.into());
         }
         response
     }
@@ -157,10 +121,8 @@ fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(key) = &state.config.api_key else {
         return Ok(());
     };
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+    let given =
+        headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
     match given {
         Some(given) if given == key => Ok(()),
         _ => Err(ApiError::new(
@@ -180,22 +142,15 @@ fn check_model(state: &AppState, model: &str) -> Result<(), ApiError> {
         StatusCode::NOT_FOUND,
         "invalid_request_error",
         "model_not_found",
-        format!(
-            "The model `{model}` does not exist; this server serves `{}`",
-            state.config.model_id
-        ),
+        format!("The model `{model}` does not exist; this server serves `{}`", state.config.model_id),
     );
     err.param = Some("model");
     Err(err)
 }
 
 fn parse<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
-    body.map(|Json(v)| v).map_err(|e| {
-        ApiError::bad_request(
-            "invalid_json",
-            format!("Invalid request body: {}", e.body_text()),
-        )
-    })
+    body.map(|Json(v)| v)
+        .map_err(|e| ApiError::bad_request("invalid_json", format!("Invalid request body: {}", e.body_text())))
 }
 
 // ----- handlers -----
@@ -204,10 +159,7 @@ async fn health(State(state): State<Shared>) -> Json<serde_json::Value> {
     Json(serde_json::json!({ "status": "ok", "pending": state.worker.pending() }))
 }
 
-async fn models(
-    State(state): State<Shared>,
-    headers: HeaderMap,
-) -> Result<Json<ModelList>, ApiError> {
+async fn models(State(state): State<Shared>, headers: HeaderMap) -> Result<Json<ModelList>, ApiError> {
     authorize(&state, &headers)?;
     Ok(Json(ModelList {
         object: "list",
@@ -229,11 +181,7 @@ async fn chat_completions(
     let request = parse(body)?;
     check_model(&state, &request.model)?;
     let kind = Kind::Chat;
-    let job = job(
-        Prompt::Chat(request.messages),
-        request.sampling,
-        request.speculative,
-    )?;
+    let job = job(Prompt::Chat(request.messages), request.sampling, request.speculative)?;
     run(state, job, request.stream, kind, request.model).await
 }
 
@@ -245,11 +193,7 @@ async fn completions(
     authorize(&state, &headers)?;
     let request = parse(body)?;
     check_model(&state, &request.model)?;
-    let job = job(
-        Prompt::Raw(request.prompt),
-        request.sampling,
-        request.speculative,
-    )?;
+    let job = job(Prompt::Raw(request.prompt), request.sampling, request.speculative)?;
     run(state, job, request.stream, Kind::Text, request.model).await
 }
 
@@ -276,10 +220,7 @@ fn job(
     };
     sampling.validate().map_err(ApiError::from)?;
     let options = GenerateOptions {
-        max_tokens: fields
-            .max_completion_tokens
-            .or(fields.max_tokens)
-            .unwrap_or(512),
+        max_tokens: fields.max_completion_tokens.or(fields.max_tokens).unwrap_or(512),
         sampling,
         stop: fields.stop.map(Stop::into_vec).unwrap_or_default(),
     };
@@ -292,9 +233,7 @@ fn parse_k(value: &Option<serde_json::Value>) -> Result<Option<KSetting>, ApiErr
         serde_json::Value::String(s) => s.clone(),
         other => other.to_string(),
     };
-    text.parse()
-        .map(Some)
-        .map_err(|e: Error| ApiError::bad_request("invalid_value", e.to_string()))
+    text.parse().map(Some).map_err(|e: Error| ApiError::bad_request("invalid_value", e.to_string()))
 }
 
 async fn run(
@@ -305,13 +244,7 @@ async fn run(
     model: String,
 ) -> Result<Response, ApiError> {
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let job = Job {
-        prompt,
-        options,
-        k: parse_k(&spec.k)?,
-        drafter: spec.drafter,
-        events: tx,
-    };
+    let job = Job { prompt, options, k: parse_k(&spec.k)?, drafter: spec.drafter, events: tx };
     if !state.worker.submit(job, state.config.max_queue) {
         let mut err = ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -335,15 +268,7 @@ async fn run(
             ))
         }
     }
-    let id = format!(
-        "{}-{}",
-        if matches!(kind, Kind::Chat) {
-            "chatcmpl"
-        } else {
-            "cmpl"
-        },
-        now_nanos()
-    );
+    let id = format!("{}-{}", if matches!(kind, Kind::Chat) { "chatcmpl" } else { "cmpl" }, now_nanos());
     if stream {
         Ok(stream_response(rx, id, model, kind).into_response())
     } else {
@@ -368,10 +293,7 @@ async fn run(
 }
 
 fn full_response(g: &Generation, id: &str, model: &str, kind: Kind) -> serde_json::Value {
-    let extension = Extension {
-        tokens: g.tokens.clone(),
-        stats: Some(g.stats.clone()),
-    };
+    let extension = Extension { tokens: g.tokens.clone(), stats: Some(g.stats.clone()) };
     let choice = match kind {
         Kind::Chat => serde_json::json!({
             "index": 0,
@@ -464,13 +386,9 @@ fn stream_response(
 }
 
 fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 fn now_nanos() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos())
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos())
 }

@@ -3,8 +3,7 @@
 
 use specula_engine::speculative::KSetting;
 use specula_engine::{
-    DrafterKind, Error, Flow, GenerateOptions, Generation, Message, Session, StepEvent, TokenEvent,
-    TokenSink,
+    DrafterKind, Error, Flow, GenerateOptions, Generation, Message, Session, StepEvent, TokenEvent, TokenSink,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
@@ -97,9 +96,7 @@ fn serve(session: &mut Session, job: &Job) -> Result<Generation, Error> {
         Prompt::Raw(text) => session.target.tokenizer.encode(text)?,
     };
     specula_engine::generate::check_context(prompt.len(), session.target.model.capacity())?;
-    let _ = job.events.send(Event::Started {
-        prompt_tokens: prompt.len(),
-    });
+    let _ = job.events.send(Event::Started { prompt_tokens: prompt.len() });
     // Per-request overrides last for this job only.
     let (k, drafter) = (session.speculative.k, session.drafter());
     if let Some(k) = job.k {

@@ -85,11 +85,7 @@ impl Decoder {
             .map(|i| Layer::load(weights, &format!("blk.{i}"), device))
             .collect::<Result<Vec<_>>>()?;
         let rope_freqs = match weights.has("rope_freqs.weight") {
-            true => Some(
-                weights
-                    .dense("rope_freqs.weight", device)?
-                    .to_vec1::<f32>()?,
-            ),
+            true => Some(weights.dense("rope_freqs.weight", device)?.to_vec1::<f32>()?),
             false => None,
         };
         let (cos, sin) = rotary_tables(&config, rope_freqs.as_deref(), capacity, device)?;
@@ -117,16 +113,10 @@ impl Decoder {
         let n = tokens.len();
         let pos = self.len();
         if n == 0 {
-            return Err(Error::InvalidSetting(
-                "forward needs at least one token".into(),
-            ));
+            return Err(Error::InvalidSetting("forward needs at least one token".into()));
         }
         if pos + n > self.capacity() {
-            return Err(Error::ContextOverflow {
-                prompt_tokens: pos + n,
-                context: self.capacity(),
-                reserve: 0,
-            });
+            return Err(Error::ContextOverflow { prompt_tokens: pos + n, context: self.capacity(), reserve: 0 });
         }
         let device = self.norm.device().clone();
         let mut x = dequantize_rows(&self.embed, tokens, &device)?;
@@ -135,11 +125,7 @@ impl Decoder {
         for (layer, cache) in self.layers.iter().zip(self.caches.iter_mut()) {
             x = layer.forward(&x, cache, pos, &cos, &sin, &self.config)?;
         }
-        let x = if all_positions {
-            x
-        } else {
-            x.narrow(0, n - 1, 1)?
-        };
+        let x = if all_positions { x } else { x.narrow(0, n - 1, 1)? };
         let x = candle_nn::ops::rms_norm(&x, &self.norm, self.config.rms_eps)?;
         self.lm_head.forward(&x)
     }
@@ -192,17 +178,9 @@ impl Layer {
             };
             QLinear::new(weight, bias)
         };
-        let (q, k, v, o) = (
-            linear("attn_q", true)?,
-            linear("attn_k", true)?,
-            linear("attn_v", true)?,
-            linear("attn_output", false)?,
-        );
-        let (gate, up, down) = (
-            linear("ffn_gate", false)?,
-            linear("ffn_up", false)?,
-            linear("ffn_down", false)?,
-        );
+        let (q, k, v, o) =
+            (linear("attn_q", true)?, linear("attn_k", true)?, linear("attn_v", true)?, linear("attn_output", false)?);
+        let (gate, up, down) = (linear("ffn_gate", false)?, linear("ffn_up", false)?, linear("ffn_down", false)?);
         Ok(Self {
             attn_norm: weights.dense(&format!("{prefix}.attn_norm.weight"), device)?,
             ffn_norm: weights.dense(&format!("{prefix}.ffn_norm.weight"), device)?,
@@ -232,22 +210,10 @@ impl Layer {
         let h = candle_nn::ops::rms_norm(x, &self.attn_norm, cfg.rms_eps)?;
         let heads = |t: Tensor, count: usize| -> Result<Tensor> {
             // [n, count * d] -> [count, n, d]
-            Ok(t.reshape((n, count, cfg.head_dim))?
-                .transpose(0, 1)?
-                .contiguous()?)
+            Ok(t.reshape((n, count, cfg.head_dim))?.transpose(0, 1)?.contiguous()?)
         };
-        let q = rotate(
-            &heads(self.q.forward(&h)?, cfg.n_head)?,
-            cos,
-            sin,
-            cfg.rope_style,
-        )?;
-        let k = rotate(
-            &heads(self.k.forward(&h)?, cfg.n_kv_head)?,
-            cos,
-            sin,
-            cfg.rope_style,
-        )?;
+        let q = rotate(&heads(self.q.forward(&h)?, cfg.n_head)?, cos, sin, cfg.rope_style)?;
+        let k = rotate(&heads(self.k.forward(&h)?, cfg.n_kv_head)?, cos, sin, cfg.rope_style)?;
         let v = heads(self.v.forward(&h)?, cfg.n_kv_head)?;
         cache.append(&k, &v)?;
         let attn = causal_attention(&q, cache, pos)?;
@@ -283,9 +249,7 @@ fn rotary_tables(
         })
         .collect();
     let inv_freq = Tensor::from_vec(inv_freq, (1, half), device)?;
-    let positions = Tensor::arange(0u32, capacity as u32, device)?
-        .to_dtype(DType::F32)?
-        .reshape((capacity, 1))?;
+    let positions = Tensor::arange(0u32, capacity as u32, device)?.to_dtype(DType::F32)?.reshape((capacity, 1))?;
     let angles = positions.matmul(&inv_freq)?;
     Ok((angles.cos()?.contiguous()?, angles.sin()?.contiguous()?))
 }

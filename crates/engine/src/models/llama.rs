@@ -12,14 +12,8 @@ pub fn config(gguf: &GgufFile) -> Result<DecoderConfig> {
     Ok(DecoderConfig {
         n_layer: gguf.u32("llama.block_count")? as usize,
         n_head,
-        n_kv_head: gguf
-            .u32("llama.attention.head_count_kv")
-            .map(|n| n as usize)
-            .unwrap_or(n_head),
-        head_dim: gguf
-            .u32("llama.attention.key_length")
-            .map(|d| d as usize)
-            .unwrap_or(hidden / n_head),
+        n_kv_head: gguf.u32("llama.attention.head_count_kv").map(|n| n as usize).unwrap_or(n_head),
+        head_dim: gguf.u32("llama.attention.key_length").map(|d| d as usize).unwrap_or(hidden / n_head),
         hidden,
         rms_eps: gguf.f32("llama.attention.layer_norm_rms_epsilon")?,
         rope_base: gguf.f32("llama.rope.freq_base").unwrap_or(10_000.0),

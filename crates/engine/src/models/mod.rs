@@ -64,16 +64,11 @@ impl WeightSource for HashMap<String, Tensor> {
     }
 
     fn quantized(&mut self, name: &str, device: &Device) -> Result<QTensor> {
-        Ok(QTensor::quantize(
-            &self.dense(name, device)?,
-            GgmlDType::F32,
-        )?)
+        Ok(QTensor::quantize(&self.dense(name, device)?, GgmlDType::F32)?)
     }
 
     fn dense(&mut self, name: &str, device: &Device) -> Result<Tensor> {
-        let t = self
-            .get(name)
-            .ok_or_else(|| Error::BadMetadata(format!("tensor `{name}` is missing")))?;
+        let t = self.get(name).ok_or_else(|| Error::BadMetadata(format!("tensor `{name}` is missing")))?;
         Ok(t.to_device(device)?)
     }
 }
@@ -96,44 +91,38 @@ pub struct ModelInfo {
     pub requantized: Vec<String>,
 }
 
+/// Refuse, before anything else is read, a file whose architecture we cannot run.
+pub fn check_architecture(gguf: &GgufFile) -> Result<()> {
+    let arch = gguf.architecture()?;
+    if SUPPORTED_ARCHITECTURES.contains(&arch.as_str()) {
+        return Ok(());
+    }
+    Err(Error::UnsupportedArchitecture {
+        path: gguf.path().to_path_buf(),
+        arch,
+        supported: SUPPORTED_ARCHITECTURES.join(", "),
+    })
+}
+
 /// Build the model a GGUF file describes, with a KV cache of `context` positions
 /// (capped at what the model was trained on).
-pub fn load_model(
-    gguf: &mut GgufFile,
-    device: &Device,
-    context: usize,
-) -> Result<(Box<dyn CausalLm>, ModelInfo)> {
+pub fn load_model(gguf: &mut GgufFile, device: &Device, context: usize) -> Result<(Box<dyn CausalLm>, ModelInfo)> {
+    check_architecture(gguf)?;
     let arch = gguf.architecture()?;
     let config = match arch.as_str() {
         "qwen2" => qwen2::config(gguf)?,
-        "llama" => llama::config(gguf)?,
-        _ => {
-            return Err(Error::UnsupportedArchitecture {
-                path: gguf.path().to_path_buf(),
-                arch,
-                supported: SUPPORTED_ARCHITECTURES.join(", "),
-            })
-        }
+        _ => llama::config(gguf)?,
     };
     let context = context.min(config.trained_context).max(1);
     let requantized = describe_requantization(gguf, device);
     for line in &requantized {
-        tracing::info!(
-            "requantized {line} at load: candle has no SIMD kernel for the original type"
-        );
+        tracing::info!("requantized {line} at load: candle has no SIMD kernel for the original type");
     }
     let model = decoder::Decoder::load(config.clone(), gguf, device, context)?;
     let info = ModelInfo {
-        name: gguf
-            .string("general.name")
-            .unwrap_or_else(|_| file_stem(gguf)),
+        name: gguf.string("general.name").unwrap_or_else(|_| file_stem(gguf)),
         architecture: arch,
-        parameters: gguf
-            .content()
-            .tensor_infos
-            .values()
-            .map(|t| t.shape.elem_count() as u64)
-            .sum(),
+        parameters: gguf.content().tensor_infos.values().map(|t| t.shape.elem_count() as u64).sum(),
         quantization: dominant_weight_type(gguf),
         file_bytes: std::fs::metadata(gguf.path()).map(|m| m.len()).unwrap_or(0),
         vocab_size: model.vocab_size(),
@@ -145,24 +134,17 @@ pub fn load_model(
 }
 
 fn file_stem(gguf: &GgufFile) -> String {
-    gguf.path()
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default()
+    gguf.path().file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
 fn dominant_weight_type(gguf: &GgufFile) -> String {
     let mut bytes: BTreeMap<String, u64> = BTreeMap::new();
     for info in gguf.content().tensor_infos.values() {
-        let size = info.shape.elem_count() as u64 / info.ggml_dtype.block_size() as u64
-            * info.ggml_dtype.type_size() as u64;
+        let size =
+            info.shape.elem_count() as u64 / info.ggml_dtype.block_size() as u64 * info.ggml_dtype.type_size() as u64;
         *bytes.entry(format!("{:?}", info.ggml_dtype)).or_default() += size;
     }
-    bytes
-        .into_iter()
-        .max_by_key(|(_, b)| *b)
-        .map(|(t, _)| t)
-        .unwrap_or_default()
+    bytes.into_iter().max_by_key(|(_, b)| *b).map(|(t, _)| t).unwrap_or_default()
 }
 
 fn describe_requantization(gguf: &GgufFile, device: &Device) -> Vec<String> {
@@ -175,8 +157,5 @@ fn describe_requantization(gguf: &GgufFile, device: &Device) -> Vec<String> {
             *counts.entry(format!("{:?}", info.ggml_dtype)).or_default() += 1;
         }
     }
-    counts
-        .into_iter()
-        .map(|(t, n)| format!("{t} -> {:?} ({n} tensors)", GgmlDType::Q8_0))
-        .collect()
+    counts.into_iter().map(|(t, n)| format!("{t} -> {:?} ({n} tensors)", GgmlDType::Q8_0)).collect()
 }

@@ -19,52 +19,30 @@ pub struct Outcome {
 /// drafts are kept while they equal it and the first differing choice is the next token.
 pub fn accept_matching(drafts: &[u32], target_choices: &[u32]) -> Outcome {
     debug_assert_eq!(target_choices.len(), drafts.len() + 1);
-    let accepted = drafts
-        .iter()
-        .zip(target_choices)
-        .take_while(|(d, t)| d == t)
-        .count();
+    let accepted = drafts.iter().zip(target_choices).take_while(|(d, t)| d == t).count();
     Outcome {
         accepted,
         next: target_choices[accepted],
-        next_source: if accepted == drafts.len() {
-            Source::Bonus
-        } else {
-            Source::Resampled
-        },
+        next_source: if accepted == drafts.len() { Source::Bonus } else { Source::Resampled },
     }
 }
 
 /// The signature of a sample-mode acceptance rule (so a test can show a wrong one is caught).
-pub type SampledAccept =
-    fn(drafts: &[u32], p: &[Vec<f32>], q: &[Vec<f32>], rng: &mut rand::rngs::StdRng) -> Outcome;
+pub type SampledAccept = fn(drafts: &[u32], p: &[Vec<f32>], q: &[Vec<f32>], rng: &mut rand::rngs::StdRng) -> Outcome;
 
 /// Sample mode, the rule of Leviathan et al. 2023 and Chen et al. 2023: keep draft `d_i` with
 /// probability `min(1, p_i(d_i) / q_i(d_i))`; at the first rejection draw from
 /// `norm(max(0, p_i - q_i))`; after k acceptances draw the bonus from `p_k`.
 /// `p` has k+1 rows and `q` k rows, each a distribution over the vocabulary.
-pub fn accept_sampled(
-    drafts: &[u32],
-    p: &[Vec<f32>],
-    q: &[Vec<f32>],
-    rng: &mut rand::rngs::StdRng,
-) -> Outcome {
+pub fn accept_sampled(drafts: &[u32], p: &[Vec<f32>], q: &[Vec<f32>], rng: &mut rand::rngs::StdRng) -> Outcome {
     for (i, &d) in drafts.iter().enumerate() {
         let (pd, qd) = (p[i][d as usize], q[i][d as usize]);
         let u: f32 = rng.random();
         if qd <= 0.0 || u >= (pd / qd).min(1.0) {
-            return Outcome {
-                accepted: i,
-                next: sample_residual(&p[i], &q[i], rng),
-                next_source: Source::Resampled,
-            };
+            return Outcome { accepted: i, next: sample_residual(&p[i], &q[i], rng), next_source: Source::Resampled };
         }
     }
-    Outcome {
-        accepted: drafts.len(),
-        next: sample(&p[drafts.len()], rng),
-        next_source: Source::Bonus,
-    }
+    Outcome { accepted: drafts.len(), next: sample(&p[drafts.len()], rng), next_source: Source::Bonus }
 }
 
 /// A draw from `norm(max(0, p - q))`; from `p` when the residual is empty (p == q).
@@ -88,20 +66,9 @@ mod tests {
     fn matching_keeps_the_agreeing_prefix() {
         assert_eq!(
             accept_matching(&[5, 6, 7], &[5, 6, 9, 1]),
-            Outcome {
-                accepted: 2,
-                next: 9,
-                next_source: Source::Resampled
-            }
+            Outcome { accepted: 2, next: 9, next_source: Source::Resampled }
         );
-        assert_eq!(
-            accept_matching(&[5, 6], &[5, 6, 8]),
-            Outcome {
-                accepted: 2,
-                next: 8,
-                next_source: Source::Bonus
-            }
-        );
+        assert_eq!(accept_matching(&[5, 6], &[5, 6, 8]), Outcome { accepted: 2, next: 8, next_source: Source::Bonus });
         assert_eq!(accept_matching(&[], &[3]).accepted, 0);
     }
 
@@ -123,14 +90,7 @@ mod tests {
         let mut rng = rand::rngs::StdRng::seed_from_u64(0);
         for d in [0, 1] {
             let o = accept_sampled(&[d], &p, &q, &mut rng);
-            assert_eq!(
-                o,
-                Outcome {
-                    accepted: 1,
-                    next: 0,
-                    next_source: Source::Bonus
-                }
-            );
+            assert_eq!(o, Outcome { accepted: 1, next: 0, next_source: Source::Bonus });
         }
     }
 

@@ -31,9 +31,7 @@ impl std::str::FromStr for KSetting {
         }
         match s.parse::<usize>() {
             Ok(k) if (1..=MAX_K).contains(&k) => Ok(KSetting::Fixed(k)),
-            _ => Err(crate::Error::InvalidSetting(format!(
-                "k `{s}`: expected 1 to {MAX_K} or auto"
-            ))),
+            _ => Err(crate::Error::InvalidSetting(format!("k `{s}`: expected 1 to {MAX_K} or auto"))),
         }
     }
 }
@@ -62,10 +60,7 @@ fn ema(old: Option<f64>, new: f64) -> Option<f64> {
 
 impl CostModel {
     pub fn new() -> Self {
-        Self {
-            verify_ms: vec![None; MAX_K + 2],
-            ..Self::default()
-        }
+        Self { verify_ms: vec![None; MAX_K + 2], ..Self::default() }
     }
 
     /// A target pass over `n` tokens took `ms`.
@@ -89,10 +84,7 @@ impl CostModel {
         self.since_draft = 0;
         self.draft_ms = ema(self.draft_ms, ms / k as f64);
         // Geometric model: each kept draft is a success; the first rejection is one failure.
-        let (hits, trials) = (
-            accepted as f64,
-            (accepted + usize::from(accepted < k)) as f64,
-        );
+        let (hits, trials) = (accepted as f64, (accepted + usize::from(accepted < k)) as f64);
         self.hits = self.hits * (1.0 - EMA / 4.0) + hits;
         self.trials = self.trials * (1.0 - EMA / 4.0) + trials;
     }
@@ -130,20 +122,13 @@ impl CostModel {
     /// Expected tokens per millisecond when drafting `k` (0: plain).
     pub fn rate(&self, k: usize) -> Option<f64> {
         let verify = self.verify_cost(k + 1)?;
-        let draft = if k == 0 {
-            0.0
-        } else {
-            self.draft_ms? * k as f64
-        };
+        let draft = if k == 0 { 0.0 } else { self.draft_ms? * k as f64 };
         Some(expected_tokens(self.alpha(), k) / (draft + verify))
     }
 
     /// The k with the best expected rate given what has been measured.
     pub fn best_k(&self, max: usize) -> usize {
-        (0..=max)
-            .filter_map(|k| self.rate(k).map(|r| (k, r)))
-            .max_by(|a, b| a.1.total_cmp(&b.1))
-            .map_or(0, |(k, _)| k)
+        (0..=max).filter_map(|k| self.rate(k).map(|r| (k, r))).max_by(|a, b| a.1.total_cmp(&b.1)).map_or(0, |(k, _)| k)
     }
 
     /// The draft length for the next step.
@@ -219,16 +204,8 @@ mod tests {
 
     #[test]
     fn slow_or_wrong_drafts_fall_back_to_plain() {
-        assert_eq!(
-            measured(100.0, 3.0, 10.0, 0).best_k(8),
-            0,
-            "nothing accepted"
-        );
-        assert_eq!(
-            measured(100.0, 3.0, 90.0, 2).best_k(8),
-            0,
-            "draft nearly as slow as the target"
-        );
+        assert_eq!(measured(100.0, 3.0, 10.0, 0).best_k(8), 0, "nothing accepted");
+        assert_eq!(measured(100.0, 3.0, 90.0, 2).best_k(8), 0, "draft nearly as slow as the target");
     }
 
     #[test]
@@ -237,11 +214,7 @@ mod tests {
         assert_eq!(m.next_k(KSetting::Fixed(4)), 0);
         m.record_verify(1, 100.0);
         assert_eq!(m.next_k(KSetting::Fixed(4)), 4);
-        assert_eq!(
-            m.next_k(KSetting::Auto { max: 8 }),
-            2,
-            "probe before any draft is timed"
-        );
+        assert_eq!(m.next_k(KSetting::Auto { max: 8 }), 2, "probe before any draft is timed");
     }
 
     #[test]
@@ -256,10 +229,7 @@ mod tests {
     #[test]
     fn parses_k() {
         assert_eq!("4".parse::<KSetting>().unwrap(), KSetting::Fixed(4));
-        assert_eq!(
-            "auto".parse::<KSetting>().unwrap(),
-            KSetting::Auto { max: 8 }
-        );
+        assert_eq!("auto".parse::<KSetting>().unwrap(), KSetting::Auto { max: 8 });
         assert!("0".parse::<KSetting>().is_err());
         assert!("17".parse::<KSetting>().is_err());
     }

@@ -17,10 +17,7 @@ pub struct Draft {
 impl Draft {
     /// A proposal made with certainty (q one-hot), as prompt lookup makes them.
     pub fn certain(token: u32) -> Self {
-        Self {
-            token,
-            probs: Vec::new(),
-        }
+        Self { token, probs: Vec::new() }
     }
 
     /// q of `id` at this position.
@@ -49,13 +46,7 @@ pub trait Drafter {
     /// Get ready for a reply to `context` (the prompt), e.g. by prefilling a cache.
     fn prefill(&mut self, context: &[u32]) -> Result<()>;
     /// Up to `k` tokens continuing `context`; the first is at reply `position`.
-    fn propose(
-        &mut self,
-        context: &[u32],
-        k: usize,
-        sampler: &mut Sampler,
-        position: usize,
-    ) -> Result<Vec<Draft>>;
+    fn propose(&mut self, context: &[u32], k: usize, sampler: &mut Sampler, position: usize) -> Result<Vec<Draft>>;
     /// Only the first `n_past` tokens of the context are still valid.
     fn rollback(&mut self, n_past: usize);
     /// Positions held in the drafter's cache, if it has one.
@@ -85,17 +76,10 @@ impl Drafter for DraftModel {
     }
 
     fn prefill(&mut self, context: &[u32]) -> Result<()> {
-        self.model
-            .prefill(&context[..context.len().saturating_sub(1)])
+        self.model.prefill(&context[..context.len().saturating_sub(1)])
     }
 
-    fn propose(
-        &mut self,
-        context: &[u32],
-        k: usize,
-        sampler: &mut Sampler,
-        position: usize,
-    ) -> Result<Vec<Draft>> {
+    fn propose(&mut self, context: &[u32], k: usize, sampler: &mut Sampler, position: usize) -> Result<Vec<Draft>> {
         let room = self.model.capacity().saturating_sub(context.len());
         let mut history = context.to_vec();
         let mut drafts = Vec::with_capacity(k);
@@ -105,10 +89,7 @@ impl Drafter for DraftModel {
             let logits = self.model.advance_to(&history)?;
             let choice = sampler.choose(&logits, &history, position + i);
             history.push(choice.token);
-            drafts.push(Draft {
-                token: choice.token,
-                probs: choice.probs,
-            });
+            drafts.push(Draft { token: choice.token, probs: choice.probs });
         }
         Ok(drafts)
     }

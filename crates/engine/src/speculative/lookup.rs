@@ -14,10 +14,7 @@ pub struct PromptLookup {
 
 impl Default for PromptLookup {
     fn default() -> Self {
-        Self {
-            max_ngram: 4,
-            min_ngram: 2,
-        }
+        Self { max_ngram: 4, min_ngram: 2 }
     }
 }
 
@@ -30,9 +27,7 @@ impl PromptLookup {
             }
             let pattern = &context[context.len() - n..];
             // Search right to left, excluding the pattern's own position.
-            let found = (0..context.len() - n)
-                .rev()
-                .find(|&start| &context[start..start + n] == pattern);
+            let found = (0..context.len() - n).rev().find(|&start| &context[start..start + n] == pattern);
             if let Some(start) = found {
                 let from = start + n;
                 let to = (from + k).min(context.len());
@@ -52,18 +47,8 @@ impl Drafter for PromptLookup {
         Ok(())
     }
 
-    fn propose(
-        &mut self,
-        context: &[u32],
-        k: usize,
-        _sampler: &mut Sampler,
-        _position: usize,
-    ) -> Result<Vec<Draft>> {
-        Ok(self
-            .lookup(context, k)
-            .into_iter()
-            .map(Draft::certain)
-            .collect())
+    fn propose(&mut self, context: &[u32], k: usize, _sampler: &mut Sampler, _position: usize) -> Result<Vec<Draft>> {
+        Ok(self.lookup(context, k).into_iter().map(Draft::certain).collect())
     }
 
     fn rollback(&mut self, _n_past: usize) {}
@@ -86,14 +71,7 @@ mod tests {
     fn prefers_longer_and_later_matches() {
         let lookup = PromptLookup::default();
         let context = [7, 8, 1, 7, 8, 2, 6, 7, 8];
-        assert_eq!(
-            lookup.lookup(&context, 1),
-            vec![2],
-            "the latest occurrence of 7 8"
-        );
-        assert!(
-            lookup.lookup(&[1, 2, 3], 4).is_empty(),
-            "no repeat, no draft"
-        );
+        assert_eq!(lookup.lookup(&context, 1), vec![2], "the latest occurrence of 7 8");
+        assert!(lookup.lookup(&[1, 2, 3], 4).is_empty(), "no repeat, no draft");
     }
 }

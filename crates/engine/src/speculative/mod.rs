@@ -13,8 +13,8 @@ pub use lookup::PromptLookup;
 
 use crate::error::{Error, Result};
 use crate::generate::{
-    check_context, ms, prefill_prompt, CachedModel, FinishReason, GenerateOptions, Generation,
-    GenerationStats, Reply, Source, SpeculativeStats, StepEvent, TokenSink,
+    check_context, ms, prefill_prompt, CachedModel, FinishReason, GenerateOptions, Generation, GenerationStats, Reply,
+    Source, SpeculativeStats, StepEvent, TokenSink,
 };
 use crate::sampling::{gumbel_token, Mode, Sampler};
 use crate::tokenizer::Tokenizer;
@@ -29,10 +29,7 @@ pub struct SpeculativeOptions {
 
 impl Default for SpeculativeOptions {
     fn default() -> Self {
-        Self {
-            k: KSetting::default(),
-            sampled_accept: accept_sampled,
-        }
+        Self { k: KSetting::default(), sampled_accept: accept_sampled }
     }
 }
 
@@ -103,18 +100,12 @@ pub fn generate_speculative(
             break;
         }
         let budget = options.max_tokens.saturating_sub(reply.position());
-        let k = costs
-            .next_k(spec.k)
-            .min(room - 1)
-            .min(budget.saturating_sub(1));
+        let k = costs.next_k(spec.k).min(room - 1).min(budget.saturating_sub(1));
 
         // 1. draft
         let t = Instant::now();
-        let drafts = if k > 0 {
-            drafter.propose(&reply.context, k, &mut sampler, reply.position())?
-        } else {
-            Vec::new()
-        };
+        let drafts =
+            if k > 0 { drafter.propose(&reply.context, k, &mut sampler, reply.position())? } else { Vec::new() };
         let draft_ms = ms(t.elapsed());
         let k = drafts.len();
 
@@ -128,38 +119,17 @@ pub fn generate_speculative(
         let verify_ms = ms(t.elapsed());
 
         // 3. accept
-        let (outcome, p) = verify(
-            &mut sampler,
-            &reply.context,
-            reply.position(),
-            &drafts,
-            &logits,
-            spec,
-        );
+        let (outcome, p) = verify(&mut sampler, &reply.context, reply.position(), &drafts, &logits, spec);
 
         // 4. commit
         for (draft, p_i) in drafts.iter().zip(&p).take(outcome.accepted) {
-            if !reply.commit(
-                draft.token,
-                Source::Accepted,
-                Some(p_i[draft.token as usize]),
-                Some(draft.prob()),
-            )? {
+            if !reply.commit(draft.token, Source::Accepted, Some(p_i[draft.token as usize]), Some(draft.prob()))? {
                 break;
             }
         }
-        let source = if drafts.is_empty() {
-            Source::Target
-        } else {
-            outcome.next_source
-        };
+        let source = if drafts.is_empty() { Source::Target } else { outcome.next_source };
         let q_next = drafts.get(outcome.accepted).map(|d| d.q(outcome.next));
-        reply.commit(
-            outcome.next,
-            source,
-            Some(p[outcome.accepted][outcome.next as usize]),
-            q_next,
-        )?;
+        reply.commit(outcome.next, source, Some(p[outcome.accepted][outcome.next as usize]), q_next)?;
 
         // 5. rollback: both caches keep only committed tokens (the newest is fed next step).
         let n_past = reply.context.len() - 1;
@@ -192,11 +162,7 @@ pub fn generate_speculative(
 /// Prefill the prompt but its last token, feeding the one before that alone and timing it:
 /// a single-token target pass at this context, measured for free. The speedup figure and
 /// auto's choice of k both stand on it.
-fn prefill_measuring_plain_step(
-    target: &mut CachedModel,
-    prompt: &[u32],
-    costs: &mut CostModel,
-) -> Result<usize> {
+fn prefill_measuring_plain_step(target: &mut CachedModel, prompt: &[u32], costs: &mut CostModel) -> Result<usize> {
     let n = prompt.len();
     check_context(n, target.capacity())?;
     if n < 2 {
@@ -264,18 +230,8 @@ impl Totals {
         (self.drafted > 0).then(|| self.accepted as f64 / self.drafted as f64)
     }
 
-    fn summary(
-        &self,
-        drafter: &str,
-        costs: &CostModel,
-        generated: usize,
-        decode_ms: f64,
-    ) -> SpeculativeStats {
-        let k_mean = if self.drafting_steps > 0 {
-            self.k_sum as f64 / self.drafting_steps as f64
-        } else {
-            0.0
-        };
+    fn summary(&self, drafter: &str, costs: &CostModel, generated: usize, decode_ms: f64) -> SpeculativeStats {
+        let k_mean = if self.drafting_steps > 0 { self.k_sum as f64 / self.drafting_steps as f64 } else { 0.0 };
         let plain = costs.plain_ms();
         SpeculativeStats {
             drafter: drafter.to_string(),
@@ -288,9 +244,7 @@ impl Totals {
             verify_ms: self.verify_ms,
             plain_ms_per_token: plain,
             speedup_vs_plain: plain.map(|t1| t1 * generated as f64 / decode_ms.max(1e-9)),
-            predicted_speedup: (self.drafting_steps > 0)
-                .then(|| costs.predicted_speedup(k_mean))
-                .flatten(),
+            predicted_speedup: (self.drafting_steps > 0).then(|| costs.predicted_speedup(k_mean)).flatten(),
             cost_ratio: costs.cost_ratio(),
             k_min: self.k_min.unwrap_or(0),
             k_max: self.k_max,
@@ -299,13 +253,7 @@ impl Totals {
     }
 }
 
-fn step_event(
-    reply: &Reply,
-    costs: &CostModel,
-    totals: &Totals,
-    k: usize,
-    accepted: usize,
-) -> StepEvent {
+fn step_event(reply: &Reply, costs: &CostModel, totals: &Totals, k: usize, accepted: usize) -> StepEvent {
     let elapsed = reply.decode_elapsed().as_secs_f64().max(1e-9);
     let generated = reply.tokens.len();
     StepEvent {
@@ -313,9 +261,7 @@ fn step_event(
         accepted,
         generated,
         tokens_per_second: generated as f64 / elapsed,
-        speedup_vs_plain: costs
-            .plain_ms()
-            .map(|t1| t1 / 1000.0 * generated as f64 / elapsed),
+        speedup_vs_plain: costs.plain_ms().map(|t1| t1 / 1000.0 * generated as f64 / elapsed),
         acceptance_rate: totals.acceptance(),
     }
 }

@@ -12,26 +12,19 @@ pub const GEMMA: &str = "gemma-3-270m-q4_k_m.gguf";
 pub fn models_dir() -> PathBuf {
     match std::env::var_os("SPECULA_MODELS_DIR") {
         Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(std::env::var_os("HOME").expect("HOME is set"))
-            .join(".cache/specula/models"),
+        None => PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/specula/models"),
     }
 }
 
 /// A real model; the tests need them and fail loudly rather than skip.
 pub fn model(name: &str) -> PathBuf {
     let path = models_dir().join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run scripts/fetch-models.sh",
-        path.display()
-    );
+    assert!(path.exists(), "{} is missing: run scripts/fetch-models.sh", path.display());
     path
 }
 
 pub fn golden(name: &str) -> serde_json::Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/data")
-        .join(name);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data").join(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap()
 }
