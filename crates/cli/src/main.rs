@@ -96,7 +96,10 @@ impl SamplingArgs {
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SPECULA_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SPECULA_LOG")
+                .unwrap_or_else(|_| "warn,specula_engine=info".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();

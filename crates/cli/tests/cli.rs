@@ -22,14 +22,16 @@ fn specula(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_specula")).args(args).output().unwrap()
 }
 
-/// Exit code 2, one line on stderr that says `error:` and contains `needle`, no panic.
+/// Exit code 2, one `error:` line on stderr (the last) that contains `needle`, no panic.
+/// Informational log lines (such as a requantization notice) may come before it.
 fn assert_clear_error(out: &Output, needle: &str) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
-    let lines: Vec<&str> = stderr.lines().collect();
-    assert_eq!(lines.len(), 1, "one line expected: {stderr}");
-    assert!(lines[0].starts_with("error: ") && lines[0].contains(needle), "{stderr}");
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error: ")).collect();
+    assert_eq!(errors.len(), 1, "one error line expected: {stderr}");
+    assert_eq!(stderr.lines().last(), Some(errors[0]), "the error comes last: {stderr}");
+    assert!(errors[0].contains(needle), "{stderr}");
 }
 
 fn generate(model: &str, extra: &[&str]) -> Output {

@@ -4,13 +4,15 @@ use crate::chat::Message;
 use crate::error::Error;
 use crate::error::Result;
 use crate::generate::{GenerateOptions, Generation, TokenSink};
-use crate::speculative::{check_pair, generate_speculative, DraftModel, Drafter, PromptLookup, SpeculativeOptions};
+use crate::speculative::{
+    check_pair, generate_speculative, CostModel, DraftModel, Drafter, PromptLookup, SpeculativeOptions,
+};
 use crate::{generate_plain, LoadedModel, ModelInfo};
 use candle_core::Device;
 use std::path::Path;
 
 /// Who proposes tokens for the target to verify.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DrafterKind {
     /// Plain decoding.
@@ -39,6 +41,8 @@ pub struct Session {
     lookup: PromptLookup,
     drafter: DrafterKind,
     pub speculative: SpeculativeOptions,
+    /// What each drafter's steps have cost so far, kept across replies.
+    costs: std::collections::HashMap<DrafterKind, CostModel>,
 }
 
 impl Session {
@@ -49,6 +53,7 @@ impl Session {
             lookup: PromptLookup::default(),
             drafter: DrafterKind::None,
             speculative: SpeculativeOptions::default(),
+            costs: Default::default(),
         }
     }
 
@@ -80,6 +85,7 @@ impl Session {
         check_pair(&self.target.tokenizer, &draft.tokenizer)?;
         let info = draft.info.clone();
         self.drafter = DrafterKind::Model;
+        self.costs.remove(&DrafterKind::Model);
         Ok(&self.draft.insert((DraftModel::new(draft.model), info)).1)
     }
 
@@ -111,7 +117,17 @@ impl Session {
             _ => return self.generate_plain(prompt, options, sink),
         };
         let target = &mut self.target;
-        generate_speculative(&mut target.model, drafter, &target.tokenizer, prompt, options, &self.speculative, sink)
+        let costs = self.costs.entry(self.drafter).or_default();
+        generate_speculative(
+            &mut target.model,
+            drafter,
+            &target.tokenizer,
+            prompt,
+            options,
+            &self.speculative,
+            costs,
+            sink,
+        )
     }
 
     /// A plain reply even when a draft is loaded: the reference for comparisons.

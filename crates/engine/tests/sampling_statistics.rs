@@ -6,7 +6,7 @@
 use candle_core::{Device, Tensor};
 use specula_engine::models::decoder::{Decoder, DecoderConfig, RopeStyle};
 use specula_engine::speculative::{
-    accept_sampled, generate_speculative, DraftModel, KSetting, Outcome, SpeculativeOptions,
+    accept_sampled, generate_speculative, CostModel, DraftModel, KSetting, Outcome, SpeculativeOptions,
 };
 use specula_engine::{CachedModel, GenerateOptions, Mode, NullSink, SamplingParams, Source, Tokenizer};
 use statrs::distribution::{ChiSquared, ContinuousCDF};
@@ -148,8 +148,17 @@ fn speculative_p_value(params: SamplingParams, spec: SpeculativeOptions) -> (f64
             sampling: SamplingParams { seed: run as u64, ..params.clone() },
             stop: vec![],
         };
-        let g =
-            generate_speculative(&mut target, &mut draft, &tokenizer, &PROMPT, &options, &spec, &mut NullSink).unwrap();
+        let g = generate_speculative(
+            &mut target,
+            &mut draft,
+            &tokenizer,
+            &PROMPT,
+            &options,
+            &spec,
+            &mut CostModel::new(),
+            &mut NullSink,
+        )
+        .unwrap();
         let ids: Vec<usize> = g.tokens.iter().map(|t| t.id as usize).collect();
         assert_eq!(ids.len(), 3);
         counts[ids[0] * VOCAB * VOCAB + ids[1] * VOCAB + ids[2]] += 1;

@@ -5,7 +5,7 @@ mod common;
 
 use candle_core::Device;
 use common::*;
-use specula_engine::speculative::{generate_speculative, DraftModel, Drafter, KSetting, SpeculativeOptions};
+use specula_engine::speculative::{generate_speculative, CostModel, DraftModel, Drafter, KSetting, SpeculativeOptions};
 use specula_engine::{
     generate_plain, Flow, GenerateOptions, Generation, LoadedModel, Message, Mode, NullSink, SamplingParams, Source,
     StepEvent, TokenEvent, TokenSink,
@@ -60,6 +60,7 @@ fn speculate(pair: &mut Pair, prompt: &[u32], options: &GenerateOptions, k: KSet
         prompt,
         options,
         &spec,
+        &mut CostModel::new(),
         &mut sink,
     )
     .unwrap();

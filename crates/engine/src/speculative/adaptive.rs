@@ -38,10 +38,15 @@ impl std::str::FromStr for KSetting {
 
 /// Weight of a new measurement in the running averages.
 const EMA: f64 = 0.3;
-/// Steps between probes of the option auto is not using (drafting, or plain).
-const PROBE_EVERY: usize = 24;
+/// Plain steps before auto probes drafting again. The interval doubles after each probe that
+/// does not pay (up to MAX_PROBE_INTERVAL): a probe costs a draft catch-up and a wider target
+/// pass, so a pair that never pays must not keep paying for the question.
+const FIRST_PROBE_INTERVAL: usize = 16;
+const MAX_PROBE_INTERVAL: usize = 256;
+/// Drafting steps before auto re-measures a plain step (which costs nothing but one step's gain).
+const PLAIN_EVERY: usize = 96;
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct CostModel {
     /// Running mean time of a target pass over n tokens, by n.
     verify_ms: Vec<Option<f64>>,
@@ -52,6 +57,13 @@ pub struct CostModel {
     trials: f64,
     since_plain: usize,
     since_draft: usize,
+    probe_interval: usize,
+}
+
+impl Default for CostModel {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 fn ema(old: Option<f64>, new: f64) -> Option<f64> {
@@ -60,7 +72,15 @@ fn ema(old: Option<f64>, new: f64) -> Option<f64> {
 
 impl CostModel {
     pub fn new() -> Self {
-        Self { verify_ms: vec![None; MAX_K + 2], ..Self::default() }
+        Self {
+            verify_ms: vec![None; MAX_K + 2],
+            draft_ms: None,
+            hits: 0.0,
+            trials: 0.0,
+            since_plain: 0,
+            since_draft: 0,
+            probe_interval: FIRST_PROBE_INTERVAL,
+        }
     }
 
     /// A target pass over `n` tokens took `ms`.
@@ -126,13 +146,22 @@ impl CostModel {
         Some(expected_tokens(self.alpha(), k) / (draft + verify))
     }
 
+    /// Whether some k could beat plain decoding even if every draft were accepted. When it
+    /// cannot, probing is pure loss (a draft catch-up and a wider pass each time): auto stops.
+    pub fn could_pay(&self, max: usize) -> bool {
+        let (Some(t1), Some(draft)) = (self.plain_ms(), self.draft_ms) else { return true };
+        (1..=max).any(|k| {
+            self.verify_cost(k + 1).is_some_and(|verify| (k + 1) as f64 / (k as f64 * draft + verify) > 1.0 / t1)
+        })
+    }
+
     /// The k with the best expected rate given what has been measured.
     pub fn best_k(&self, max: usize) -> usize {
         (0..=max).filter_map(|k| self.rate(k).map(|r| (k, r))).max_by(|a, b| a.1.total_cmp(&b.1)).map_or(0, |(k, _)| k)
     }
 
     /// The draft length for the next step.
-    pub fn next_k(&self, setting: KSetting) -> usize {
+    pub fn next_k(&mut self, setting: KSetting) -> usize {
         // The first step of a reply is plain: it measures the plain rate at this context,
         // which the speedup figure and auto's choice both need.
         if self.plain_ms().is_none() {
@@ -141,15 +170,20 @@ impl CostModel {
         match setting {
             KSetting::Fixed(k) => k,
             KSetting::Auto { max } => {
+                // The first probe drafts a few tokens so that it also measures a wider pass.
                 if self.draft_ms.is_none() {
-                    return max.min(2);
+                    return max.min(3);
                 }
                 let best = self.best_k(max);
-                if best == 0 && self.since_draft >= PROBE_EVERY {
-                    max.min(2)
-                } else if best > 0 && self.since_plain >= 4 * PROBE_EVERY {
+                if best == 0 && self.since_draft >= self.probe_interval && self.could_pay(max) {
+                    self.probe_interval = (self.probe_interval * 2).min(MAX_PROBE_INTERVAL);
+                    max.min(1)
+                } else if best > 0 && self.since_plain >= PLAIN_EVERY {
                     0
                 } else {
+                    if best > 0 {
+                        self.probe_interval = FIRST_PROBE_INTERVAL;
+                    }
                     best
                 }
             }
@@ -214,7 +248,41 @@ mod tests {
         assert_eq!(m.next_k(KSetting::Fixed(4)), 0);
         m.record_verify(1, 100.0);
         assert_eq!(m.next_k(KSetting::Fixed(4)), 4);
-        assert_eq!(m.next_k(KSetting::Auto { max: 8 }), 2, "probe before any draft is timed");
+        assert_eq!(m.next_k(KSetting::Auto { max: 8 }), 3, "probe before any draft is timed");
+    }
+
+    #[test]
+    fn probes_back_off_while_drafting_does_not_pay() {
+        let mut m = measured(100.0, 50.0, 60.0, 0);
+        let mut probes = Vec::new();
+        for step in 0..400 {
+            let k = m.next_k(KSetting::Auto { max: 8 });
+            if k > 0 {
+                probes.push(step);
+                m.record_draft(k, 0, 60.0 * k as f64);
+            } else {
+                m.record_draft(0, 0, 0.0);
+            }
+        }
+        let gaps: Vec<usize> = probes.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(probes.len() <= 6, "{probes:?}");
+        assert!(gaps.windows(2).all(|g| g[1] >= g[0]), "{gaps:?}");
+    }
+
+    #[test]
+    fn no_probing_when_even_perfect_drafts_cannot_pay() {
+        // Verification costs n x a plain pass and drafting is dear: nothing can pay.
+        let mut m = CostModel::new();
+        for n in 1..=9 {
+            m.record_verify(n, 100.0 * n as f64);
+        }
+        m.record_draft(4, 4, 4.0 * 70.0);
+        assert!(!m.could_pay(8));
+        for _ in 0..1000 {
+            assert_eq!(m.next_k(KSetting::Auto { max: 8 }), 0);
+            m.record_draft(0, 0, 0.0);
+        }
+        assert!(measured(100.0, 3.0, 10.0, 4).could_pay(8));
     }
 
     #[test]

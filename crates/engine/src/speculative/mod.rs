@@ -74,6 +74,10 @@ struct Totals {
 /// Generate a reply with `drafter` proposing and `target` verifying. The reply is exactly the
 /// target's: the same tokens as [`crate::generate_plain`] in greedy and reproducible modes,
 /// the same distribution in sample mode.
+///
+/// `costs` carries what earlier replies measured with the same target and drafter (a fresh
+/// [`CostModel`] knows nothing), so auto need not pay again to learn that drafting does not pay.
+#[allow(clippy::too_many_arguments)]
 pub fn generate_speculative(
     target: &mut CachedModel,
     drafter: &mut dyn Drafter,
@@ -81,12 +85,12 @@ pub fn generate_speculative(
     prompt: &[u32],
     options: &GenerateOptions,
     spec: &SpeculativeOptions,
+    costs: &mut CostModel,
     sink: &mut dyn TokenSink,
 ) -> Result<Generation> {
     options.sampling.validate()?;
     let started = Instant::now();
-    let mut costs = CostModel::new();
-    let cached = prefill_measuring_plain_step(target, prompt, &mut costs)?;
+    let cached = prefill_measuring_plain_step(target, prompt, costs)?;
     drafter.prefill(prompt)?;
     let prefill = started.elapsed();
     let mut sampler = Sampler::new(options.sampling.clone());
@@ -141,7 +145,7 @@ pub fn generate_speculative(
         costs.record_verify(input.len(), verify_ms);
         costs.record_draft(k, outcome.accepted, draft_ms);
         totals.record(k, outcome.accepted, draft_ms, verify_ms);
-        let step = step_event(&reply, &costs, &totals, k, outcome.accepted);
+        let step = step_event(&reply, costs, &totals, k, outcome.accepted);
         reply.step(&step);
     }
 
@@ -154,7 +158,7 @@ pub fn generate_speculative(
         prefill_ms: ms(prefill),
         decode_ms: ms(decode),
         tokens_per_second: generated as f64 / decode.as_secs_f64().max(1e-9),
-        speculative: Some(totals.summary(drafter.name(), &costs, generated, ms(decode))),
+        speculative: Some(totals.summary(drafter.name(), costs, generated, ms(decode))),
     };
     reply.finish(stats)
 }
