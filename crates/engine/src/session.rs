@@ -1,13 +1,12 @@
 //! A target model with an optional draft: what every client (CLI, server, app) holds.
 
 use crate::chat::Message;
-use crate::error::Error;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::generate::{GenerateOptions, Generation, TokenSink};
 use crate::speculative::{
     check_pair, generate_speculative, CostModel, DraftModel, Drafter, PromptLookup, SpeculativeOptions,
 };
-use crate::{generate_plain, LoadedModel, ModelInfo};
+use crate::{LoadedModel, ModelInfo};
 use candle_core::Device;
 use std::path::Path;
 
@@ -137,6 +136,6 @@ impl Session {
         options: &GenerateOptions,
         sink: &mut dyn TokenSink,
     ) -> Result<Generation> {
-        generate_plain(&mut self.target.model, &self.target.tokenizer, prompt, options, sink)
+        self.target.generate(prompt, options, sink)
     }
 }
