@@ -44,8 +44,14 @@ pub enum Error {
     #[error("invalid setting: {0}")]
     InvalidSetting(String),
 
-    #[error("tensor computation failed: {0}")]
+    #[error("tensor computation failed: {}", first_line(.0))]
     Candle(#[from] candle_core::Error),
+}
+
+/// candle appends a backtrace to its messages when RUST_BACKTRACE is set; users get the
+/// message, one line.
+pub(crate) fn first_line(error: &impl std::fmt::Display) -> String {
+    error.to_string().lines().next().unwrap_or_default().to_string()
 }
 
 impl Error {

@@ -26,7 +26,7 @@ impl GgufFile {
         let mut reader = BufReader::new(file);
         check_magic(&path, &mut reader, file_len)?;
         let content = gguf_file::Content::read(&mut reader).map_err(|e| {
-            let reason = e.to_string();
+            let reason = crate::error::first_line(&e);
             if looks_like_eof(&reason) {
                 Error::Truncated { path: path.clone(), reason: format!("the header ends early ({reason})") }
             } else {
