@@ -29,8 +29,8 @@ pub struct Tokenizer {
 
 impl Tokenizer {
     pub fn from_gguf(gguf: &GgufFile) -> Result<Self> {
-        let mut inner =
-            tokenizers::Tokenizer::from_gguf(gguf.content()).map_err(|e| Error::Tokenizer(crate::error::first_line(&e)))?;
+        let mut inner = tokenizers::Tokenizer::from_gguf(gguf.content())
+            .map_err(|e| Error::Tokenizer(crate::error::first_line(&e)))?;
         let pre = gguf.string("tokenizer.ggml.pre").unwrap_or_default();
         if let Some(pre_tokenizer) = corrected_pre_tokenizer(&pre) {
             inner.with_pre_tokenizer(Some(pre_tokenizer));
