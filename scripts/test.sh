@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Every test, from a fresh machine: fetch the real models (cached under ~/.cache), then
-# formatting, lints, the Rust unit and integration tests, and the server's tests with the
-# official OpenAI client (Node.js).
+# formatting, lints, the Rust unit and integration tests, the server's tests with the
+# official OpenAI client (Node.js), the web UI's unit tests (vitest) and its chat flow in
+# headless chromium against `specula serve --ui`. Debian packages: see .ci/run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
 
 scripts/fetch-models.sh all
+
+# The web UI first: the desktop app embeds ui/dist when it compiles.
+(cd ui && npm ci --no-audit --no-fund && npm run build && npm test)
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
@@ -16,3 +20,4 @@ cargo test --workspace -- --test-threads=1
 
 cargo build -p specula-cli
 (cd tests/server && npm ci --no-audit --no-fund && SPECULA_BIN="$target_dir/debug/specula" npm test)
+(cd ui && SPECULA_BIN="$target_dir/debug/specula" npm run e2e)

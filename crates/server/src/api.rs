@@ -1,7 +1,7 @@
 //! OpenAI's request and response shapes, with Specula's extensions under `specula`.
 
 use serde::{Deserialize, Serialize};
-use specula_engine::{DrafterKind, Generation, GenerationStats, Message, Mode, TokenEvent};
+use specula_engine::{DrafterKind, Generation, GenerationStats, Message, Mode, StepEvent, TokenEvent};
 
 #[derive(Debug, Deserialize)]
 pub struct ChatRequest {
@@ -100,6 +100,9 @@ impl Usage {
 pub struct Extension {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tokens: Vec<TokenEvent>,
+    /// Live figures after a decoding step (streams only), for the UI's speed panel.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step: Option<StepEvent>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stats: Option<GenerationStats>,
 }

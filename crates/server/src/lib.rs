@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use specula_engine::speculative::KSetting;
-use specula_engine::{Error, GenerateOptions, Generation, SamplingParams, Session};
+use specula_engine::{DrafterKind, Error, GenerateOptions, Generation, SamplingParams, Session};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -36,6 +36,9 @@ pub struct ServerConfig {
 struct AppState {
     worker: Worker,
     config: ServerConfig,
+    /// The draft model's name, when one is loaded, and the drafter requests get by default.
+    draft_id: Option<String>,
+    drafter: DrafterKind,
 }
 
 type Shared = Arc<AppState>;
@@ -43,7 +46,9 @@ type Shared = Arc<AppState>;
 /// The router over an engine thread that owns `session`.
 pub fn router(session: Session, config: ServerConfig) -> Router {
     let ui_dir = config.ui_dir.clone();
-    let state = Arc::new(AppState { worker: Worker::spawn(session), config });
+    let draft_id = session.draft_info().map(|info| info.name.clone());
+    let drafter = session.drafter();
+    let state = Arc::new(AppState { worker: Worker::spawn(session), config, draft_id, drafter });
     let api = Router::new()
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat_completions))
@@ -156,7 +161,13 @@ fn parse<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
 // ----- handlers -----
 
 async fn health(State(state): State<Shared>) -> Json<serde_json::Value> {
-    Json(serde_json::json!({ "status": "ok", "pending": state.worker.pending() }))
+    Json(serde_json::json!({
+        "status": "ok",
+        "pending": state.worker.pending(),
+        "model": state.config.model_id,
+        "draft": state.draft_id,
+        "drafter": state.drafter,
+    }))
 }
 
 async fn models(State(state): State<Shared>, headers: HeaderMap) -> Result<Json<ModelList>, ApiError> {
@@ -293,7 +304,7 @@ async fn run(
 }
 
 fn full_response(g: &Generation, id: &str, model: &str, kind: Kind) -> serde_json::Value {
-    let extension = Extension { tokens: g.tokens.clone(), stats: Some(g.stats.clone()) };
+    let extension = Extension { tokens: g.tokens.clone(), step: None, stats: Some(g.stats.clone()) };
     let choice = match kind {
         Kind::Chat => serde_json::json!({
             "index": 0,
@@ -361,12 +372,17 @@ fn stream_response(
             match event {
                 Event::Token(token) => {
                     let text = token.text.clone();
-                    let ext = Extension { tokens: vec![token], stats: None };
+                    let ext = Extension { tokens: vec![token], ..Default::default() };
                     yield Ok(SseEvent::default().data(chunk(&id, &model, kind, &text, first, None, ext).to_string()));
                     first = false;
                 }
+                Event::Step(step) => {
+                    let ext = Extension { step: Some(step), ..Default::default() };
+                    yield Ok(SseEvent::default().data(chunk(&id, &model, kind, "", first, None, ext).to_string()));
+                    first = false;
+                }
                 Event::Done(g) => {
-                    let ext = Extension { tokens: vec![], stats: Some(g.stats.clone()) };
+                    let ext = Extension { stats: Some(g.stats.clone()), ..Default::default() };
                     let mut last = chunk(&id, &model, kind, "", first, Some(finish_reason(&g)), ext);
                     last["usage"] = serde_json::to_value(Usage::of(&g.stats)).unwrap_or_default();
                     yield Ok(SseEvent::default().data(last.to_string()));
@@ -377,7 +393,7 @@ fn stream_response(
                     yield Ok(SseEvent::default().data(body.to_string()));
                     break;
                 }
-                Event::Started { .. } | Event::Step(_) => {}
+                Event::Started { .. } => {}
             }
         }
         yield Ok(SseEvent::default().data("[DONE]"));

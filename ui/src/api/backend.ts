@@ -1,0 +1,49 @@
+// The one door from the UI to the engine. Two transports implement it: Tauri IPC inside the
+// desktop app and HTTP against `specula serve` in a plain browser.
+
+import type {
+  ChatMessage,
+  Conversation,
+  ConversationSummary,
+  EngineStatus,
+  ModelEntry,
+  ReplyEvent,
+  ReplyHandle,
+  Role,
+  Settings,
+} from './types';
+
+export interface Backend {
+  readonly transport: 'tauri' | 'http';
+  /** Whether settings can switch the target model (the server serves one). */
+  readonly canChooseTarget: boolean;
+
+  status(): Promise<EngineStatus>;
+  models(): Promise<ModelEntry[]>;
+  /** Apply model settings: load the target if it changed, then the draft. */
+  applyModels(settings: Settings): Promise<EngineStatus>;
+  settings(): Promise<Settings>;
+  saveSettings(settings: Settings): Promise<void>;
+
+  conversations(query?: string): Promise<ConversationSummary[]>;
+  conversation(id: number): Promise<Conversation>;
+  createConversation(): Promise<Conversation>;
+  renameConversation(id: number, title: string): Promise<void>;
+  setSystemPrompt(id: number, text: string): Promise<void>;
+  deleteConversation(id: number): Promise<void>;
+  addMessage(conversationId: number, role: Role, content: string): Promise<ChatMessage>;
+  /** Delete a message and every later one (regenerate, edit-and-resend). */
+  truncate(conversationId: number, fromMessageId: number): Promise<void>;
+
+  /** Stream the assistant's reply to the conversation as it stands; it is stored as it streams. */
+  reply(conversationId: number, settings: Settings, onEvent: (event: ReplyEvent) => void): Promise<ReplyHandle>;
+}
+
+export async function connect(): Promise<Backend> {
+  if ('__TAURI_INTERNALS__' in window) {
+    const { TauriBackend } = await import('./tauri');
+    return new TauriBackend();
+  }
+  const { HttpBackend } = await import('./http');
+  return new HttpBackend(window.location.origin, window.localStorage);
+}

@@ -1,0 +1,112 @@
+import { beforeEach, describe, expect, it } from 'vitest';
+import { HttpBackend, splitSse } from './http';
+import { DEFAULT_SETTINGS, type ReplyEvent } from './types';
+
+const health = { status: 'ok', pending: 0, model: 'target-model', draft: 'Draft', drafter: 'model' };
+
+function sse(chunks: object[]): string {
+  return [...chunks.map((c) => `data: ${JSON.stringify(c)}\n\n`), 'data: [DONE]\n\n'].join('');
+}
+
+/** A fetch that answers /health and streams `body` for completions, recording requests. */
+function fakeFetch(body: string, status = 200) {
+  const requests: { url: string; body?: unknown }[] = [];
+  const fetcher = (async (url: string, init?: RequestInit) => {
+    requests.push({ url, body: init?.body ? JSON.parse(String(init.body)) : undefined });
+    if (url.endsWith('/health')) return new Response(JSON.stringify(health));
+    // Cut the stream at odd places: events must survive being split across reads.
+    const bytes = new TextEncoder().encode(body);
+    const stream = new ReadableStream<Uint8Array>({
+      start(controller) {
+        for (let i = 0; i < bytes.length; i += 7) controller.enqueue(bytes.slice(i, i + 7));
+        controller.close();
+      },
+    });
+    return new Response(stream, { status, headers: { 'content-type': status === 200 ? 'text/event-stream' : 'application/json' } });
+  }) as typeof fetch;
+  return { fetcher, requests };
+}
+
+const token = (text: string, source: string) => ({ id: 1, text, source, p: 0.5, q: 0.4 });
+const stats = { prompt_tokens: 5, cached_prompt_tokens: 0, generated_tokens: 2, prefill_ms: 1, decode_ms: 2, tokens_per_second: 9 };
+
+describe('HTTP transport', () => {
+  beforeEach(() => localStorage.clear());
+
+  it('streams a reply into events and stores it with its tokens and stats', async () => {
+    const body = sse([
+      { choices: [{ delta: { role: 'assistant', content: 'Hi' }, finish_reason: null }], specula: { tokens: [token('Hi', 'accepted')] } },
+      { choices: [{ delta: { content: '' }, finish_reason: null }], specula: { step: { k: 3, accepted: 1, generated: 1, tokens_per_second: 8, speedup_vs_plain: 1.2, acceptance_rate: 0.5 } } },
+      { choices: [{ delta: { content: '!' }, finish_reason: null }], specula: { tokens: [token('!', 'bonus')] } },
+      { choices: [{ delta: {}, finish_reason: 'stop' }], specula: { stats } },
+    ]);
+    const { fetcher, requests } = fakeFetch(body);
+    const backend = new HttpBackend('http://x', localStorage, fetcher);
+    const conversation = await backend.createConversation();
+    await backend.setSystemPrompt(conversation.id, 'Be brief.');
+    await backend.addMessage(conversation.id, 'user', 'Say hi');
+    const events: ReplyEvent[] = [];
+    const settings = { ...DEFAULT_SETTINGS, target: 'target-model', k: 4 as const, mode: 'greedy' as const };
+    const handle = await backend.reply(conversation.id, settings, (e) => events.push(e));
+    const reply = await handle.done;
+
+    expect(events.map((e) => e.kind)).toEqual(['token', 'step', 'token', 'done']);
+    expect(reply).toMatchObject({ role: 'assistant', content: 'Hi!', finish_reason: 'stop', stats });
+    const sent = requests.find((r) => r.url.endsWith('/v1/chat/completions'))?.body as Record<string, unknown>;
+    expect(sent).toMatchObject({
+      model: 'target-model',
+      stream: true,
+      temperature: 0,
+      messages: [
+        { role: 'system', content: 'Be brief.' },
+        { role: 'user', content: 'Say hi' },
+      ],
+      speculative: { k: 4, mode: 'greedy', drafter: 'model' },
+    });
+    const stored = await backend.conversation(conversation.id);
+    expect(stored.title).toBe('Say hi');
+    expect(stored.messages.at(-1)?.tokens?.map((t) => t.source)).toEqual(['accepted', 'bonus']);
+  });
+
+  it('turns an OpenAI error response into a BackendError event', async () => {
+    const { fetcher } = fakeFetch(JSON.stringify({ error: { code: 'context_length_exceeded', message: 'too long' } }), 400);
+    const backend = new HttpBackend('http://x', localStorage, fetcher);
+    const c = await backend.createConversation();
+    await backend.addMessage(c.id, 'user', 'x');
+    const events: ReplyEvent[] = [];
+    const reply = await (await backend.reply(c.id, DEFAULT_SETTINGS, (e) => events.push(e))).done;
+    expect(events).toEqual([{ kind: 'error', error: { code: 'context_length_exceeded', message: 'too long' } }]);
+    expect(reply.finish_reason).toBe('error');
+  });
+
+  it('refuses the draft model when the server has none', async () => {
+    const backend = new HttpBackend('http://x', localStorage, (async () =>
+      new Response(JSON.stringify({ ...health, draft: null, drafter: 'none' }))) as typeof fetch);
+    await expect(backend.applyModels({ ...DEFAULT_SETTINGS, drafter: 'model' })).rejects.toMatchObject({ code: 'invalid_setting' });
+    expect((await backend.settings()).drafter).toBe('none');
+  });
+
+  it('keeps, renames, searches, truncates and deletes conversations', async () => {
+    const backend = new HttpBackend('http://x', localStorage, fakeFetch('').fetcher);
+    const a = await backend.createConversation();
+    const b = await backend.createConversation();
+    await backend.addMessage(a.id, 'user', 'about rust lifetimes');
+    const second = await backend.addMessage(a.id, 'assistant', 'sure');
+    await backend.addMessage(a.id, 'user', 'more');
+    await backend.renameConversation(b.id, 'Recipes');
+    expect((await backend.conversations('rust')).map((c) => c.id)).toEqual([a.id]);
+    expect((await backend.conversations('recipes')).map((c) => c.id)).toEqual([b.id]);
+    await backend.truncate(a.id, second.id);
+    expect((await backend.conversation(a.id)).messages.map((m) => m.content)).toEqual(['about rust lifetimes']);
+    await backend.deleteConversation(b.id);
+    expect((await backend.conversations()).map((c) => c.id)).toEqual([a.id]);
+    await expect(backend.conversation(b.id)).rejects.toMatchObject({ code: 'not_found' });
+  });
+});
+
+describe('SSE framing', () => {
+  it('splits complete events and keeps the rest', () => {
+    expect(splitSse('data: a\n\ndata: b\r\n\r\ndata: par')).toEqual({ events: ['a', 'b'], rest: 'data: par' });
+    expect(splitSse(': keep-alive\n\n')).toEqual({ events: [], rest: '' });
+  });
+});

@@ -1,0 +1,253 @@
+// The browser transport: replies stream from `specula serve` over its OpenAI-compatible API
+// (SSE, with Specula's `specula` extension carrying provenance, steps and stats), and the
+// conversations live in the browser's own storage.
+
+import type { Backend } from './backend';
+import { LocalConversations } from './local';
+import { replyLabel } from './label';
+import {
+  type BackendError,
+  type ChatMessage,
+  type Conversation,
+  type ConversationSummary,
+  DEFAULT_SETTINGS,
+  type EngineStatus,
+  type GenerationStats,
+  type ModelEntry,
+  type ReplyEvent,
+  type ReplyHandle,
+  type Role,
+  type Settings,
+  type StepEvent,
+  type TokenEvent,
+  toBackendError,
+} from './types';
+
+const SETTINGS_KEY = 'specula.settings';
+
+interface Health {
+  model: string;
+  draft: string | null;
+  drafter: EngineStatus['drafter'];
+}
+
+export class HttpBackend implements Backend {
+  readonly transport = 'http' as const;
+  readonly canChooseTarget = false;
+  private readonly store: LocalConversations;
+
+  constructor(
+    private readonly base: string,
+    private readonly storage: Storage,
+    private readonly fetcher: typeof fetch = (...args) => fetch(...args),
+  ) {
+    this.store = new LocalConversations(storage);
+  }
+
+  private async health(): Promise<Health> {
+    const response = await this.fetcher(`${this.base}/health`);
+    if (!response.ok) throw await errorOf(response);
+    return (await response.json()) as Health;
+  }
+
+  async status(): Promise<EngineStatus> {
+    const h = await this.health();
+    return { target: h.model, draft: h.draft, drafter: h.drafter, device: 'server' };
+  }
+
+  async models(): Promise<ModelEntry[]> {
+    const h = await this.health();
+    const entry = (name: string): ModelEntry => ({
+      path: name,
+      name,
+      architecture: '',
+      parameters: 0,
+      quantization: '',
+      file_bytes: 0,
+    });
+    const list = [entry(h.model)];
+    if (h.draft) list.push({ ...entry(h.draft), compatible: true });
+    return list;
+  }
+
+  async applyModels(settings: Settings): Promise<EngineStatus> {
+    // The server loaded its models at start; only the per-request overrides change.
+    const status = await this.status();
+    if (settings.drafter === 'model' && !status.draft) {
+      throw { code: 'invalid_setting', message: 'This server has no draft model loaded; start it with --draft.' };
+    }
+    return { ...status, drafter: settings.drafter };
+  }
+
+  async settings(): Promise<Settings> {
+    const saved = this.storage.getItem(SETTINGS_KEY);
+    const settings = { ...DEFAULT_SETTINGS, ...(saved ? (JSON.parse(saved) as Partial<Settings>) : {}) };
+    const h = await this.health();
+    settings.target = h.model;
+    settings.draft = h.draft ?? '';
+    if (!h.draft && settings.drafter === 'model') settings.drafter = 'none';
+    return settings;
+  }
+
+  async saveSettings(settings: Settings): Promise<void> {
+    this.storage.setItem(SETTINGS_KEY, JSON.stringify(settings));
+  }
+
+  async conversations(query?: string): Promise<ConversationSummary[]> {
+    return this.store.list(query);
+  }
+  async conversation(id: number): Promise<Conversation> {
+    return this.store.get(id);
+  }
+  async createConversation(): Promise<Conversation> {
+    return this.store.create();
+  }
+  async renameConversation(id: number, title: string): Promise<void> {
+    this.store.update(id, (c) => (c.title = title));
+  }
+  async setSystemPrompt(id: number, text: string): Promise<void> {
+    this.store.update(id, (c) => (c.system_prompt = text));
+  }
+  async deleteConversation(id: number): Promise<void> {
+    this.store.remove(id);
+  }
+  async addMessage(conversationId: number, role: Role, content: string): Promise<ChatMessage> {
+    return this.store.addMessage(conversationId, { role, content });
+  }
+  async truncate(conversationId: number, fromMessageId: number): Promise<void> {
+    this.store.truncate(conversationId, fromMessageId);
+  }
+
+  async reply(conversationId: number, settings: Settings, onEvent: (e: ReplyEvent) => void): Promise<ReplyHandle> {
+    const conversation = this.store.get(conversationId);
+    const messages = [
+      ...(conversation.system_prompt ? [{ role: 'system', content: conversation.system_prompt }] : []),
+      ...conversation.messages.map((m) => ({ role: m.role, content: m.content })),
+    ];
+    const reply = this.store.addMessage(conversationId, {
+      role: 'assistant',
+      content: '',
+      tokens: [],
+      settings_label: replyLabel(settings),
+    });
+    const save = () => this.store.updateMessage(conversationId, reply);
+    const abort = new AbortController();
+    const body = {
+      model: settings.target,
+      messages,
+      stream: true,
+      temperature: settings.mode === 'greedy' ? 0 : settings.temperature,
+      top_p: settings.top_p,
+      top_k: settings.top_k,
+      seed: settings.seed,
+      max_tokens: settings.max_tokens,
+      speculative: { k: settings.k, mode: settings.mode, drafter: settings.drafter },
+    };
+    const emit = (event: ReplyEvent) => {
+      applyEvent(reply, event);
+      if (event.kind !== 'token') save();
+      onEvent(event);
+    };
+    const done = (async () => {
+      try {
+        const response = await this.fetcher(`${this.base}/v1/chat/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify(body),
+          signal: abort.signal,
+        });
+        if (!response.ok || !response.body) throw await errorOf(response);
+        for await (const data of sseData(response.body)) {
+          for (const event of chunkEvents(JSON.parse(data))) emit(event);
+        }
+        if (!reply.finish_reason) emit({ kind: 'error', error: { code: 'disconnected', message: 'The server closed the stream early.' } });
+      } catch (e) {
+        if (abort.signal.aborted) {
+          reply.finish_reason = 'cancelled';
+          save();
+        } else {
+          emit({ kind: 'error', error: toBackendError(e) });
+        }
+      }
+      return reply;
+    })();
+    return { cancel: async () => abort.abort(), done };
+  }
+}
+
+/** Fold one event into the stored reply. Shared by both transports' tests and the app. */
+export function applyEvent(reply: ChatMessage, event: ReplyEvent): void {
+  switch (event.kind) {
+    case 'token':
+      (reply.tokens ??= []).push(event.token);
+      reply.content += event.token.text;
+      break;
+    case 'done':
+      reply.stats = event.stats;
+      reply.finish_reason = event.finish_reason;
+      break;
+    case 'error':
+      reply.finish_reason = 'error';
+      break;
+    default:
+      break;
+  }
+}
+
+/** The reply events one streamed chunk carries. */
+export function chunkEvents(chunk: Record<string, unknown>): ReplyEvent[] {
+  if (chunk.error) return [{ kind: 'error', error: toBackendError(chunk.error) }];
+  const ext = (chunk.specula ?? {}) as { tokens?: TokenEvent[]; step?: StepEvent; stats?: GenerationStats };
+  const events: ReplyEvent[] = (ext.tokens ?? []).map((token) => ({ kind: 'token', token }));
+  if (ext.step) events.push({ kind: 'step', step: ext.step });
+  const choice = (chunk.choices as { finish_reason?: string | null }[] | undefined)?.[0];
+  if (ext.stats && choice?.finish_reason) {
+    events.push({ kind: 'done', stats: ext.stats, finish_reason: choice.finish_reason });
+  }
+  return events;
+}
+
+/** The `data:` payloads of a server-sent event stream, up to `[DONE]`. */
+export async function* sseData(body: ReadableStream<Uint8Array>): AsyncGenerator<string> {
+  const reader = body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = '';
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += decoder.decode(value, { stream: true });
+    const { events, rest } = splitSse(buffer);
+    buffer = rest;
+    for (const data of events) {
+      if (data === '[DONE]') return;
+      yield data;
+    }
+  }
+}
+
+/** Complete events in `buffer` (joined `data:` lines) and the incomplete rest. */
+export function splitSse(buffer: string): { events: string[]; rest: string } {
+  const blocks = buffer.replace(/\r\n/g, '\n').split('\n\n');
+  const rest = blocks.pop() ?? '';
+  const events = blocks
+    .map((block) =>
+      block
+        .split('\n')
+        .filter((line) => line.startsWith('data:'))
+        .map((line) => line.slice(5).replace(/^ /, ''))
+        .join('\n'),
+    )
+    .filter((data) => data.length > 0);
+  return { events, rest };
+}
+
+/** An HTTP error response as a BackendError, reading OpenAI's error shape when present. */
+async function errorOf(response: Response): Promise<BackendError> {
+  try {
+    const body = (await response.json()) as { error?: { code?: string; message?: string } };
+    if (body.error?.message) return { code: body.error.code ?? `http_${response.status}`, message: body.error.message };
+  } catch {
+    // not JSON: fall through to the status line
+  }
+  return { code: `http_${response.status}`, message: `The server answered ${response.status} ${response.statusText}` };
+}

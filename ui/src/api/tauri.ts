@@ -1,0 +1,100 @@
+// The desktop transport: Tauri commands (src-tauri/commands.rs) and a Channel per reply.
+// The shell stores the reply in SQLite as it streams, so nothing here persists.
+
+import { Channel, invoke } from '@tauri-apps/api/core';
+import type { Backend } from './backend';
+import { applyEvent } from './http';
+import type {
+  ChatMessage,
+  Conversation,
+  ConversationSummary,
+  EngineStatus,
+  ModelEntry,
+  ReplyEvent,
+  ReplyHandle,
+  Role,
+  Settings,
+} from './types';
+import { toBackendError } from './types';
+
+/** invoke, with every rejection turned into a BackendError. */
+async function call<T>(command: string, args?: Record<string, unknown>): Promise<T> {
+  try {
+    return await invoke<T>(command, args);
+  } catch (e) {
+    throw toBackendError(e);
+  }
+}
+
+export class TauriBackend implements Backend {
+  readonly transport = 'tauri' as const;
+  readonly canChooseTarget = true;
+
+  status(): Promise<EngineStatus> {
+    return call('engine_status');
+  }
+  models(): Promise<ModelEntry[]> {
+    return call('list_models');
+  }
+  applyModels(settings: Settings): Promise<EngineStatus> {
+    return call('apply_models', { settings });
+  }
+  settings(): Promise<Settings> {
+    return call('get_settings');
+  }
+  saveSettings(settings: Settings): Promise<void> {
+    return call('save_settings', { settings });
+  }
+  conversations(query?: string): Promise<ConversationSummary[]> {
+    return call('list_conversations', { query: query ?? '' });
+  }
+  conversation(id: number): Promise<Conversation> {
+    return call('get_conversation', { id });
+  }
+  createConversation(): Promise<Conversation> {
+    return call('create_conversation');
+  }
+  renameConversation(id: number, title: string): Promise<void> {
+    return call('rename_conversation', { id, title });
+  }
+  setSystemPrompt(id: number, text: string): Promise<void> {
+    return call('set_system_prompt', { id, text });
+  }
+  deleteConversation(id: number): Promise<void> {
+    return call('delete_conversation', { id });
+  }
+  addMessage(conversationId: number, role: Role, content: string): Promise<ChatMessage> {
+    return call('add_message', { conversationId, role, content });
+  }
+  truncate(conversationId: number, fromMessageId: number): Promise<void> {
+    return call('truncate_messages', { conversationId, fromMessageId });
+  }
+
+  async reply(conversationId: number, settings: Settings, onEvent: (e: ReplyEvent) => void): Promise<ReplyHandle> {
+    let finish: (m: ChatMessage) => void = () => {};
+    const done = new Promise<ChatMessage>((resolve) => (finish = resolve));
+    const channel = new Channel<ReplyEvent>();
+    let reply: ChatMessage | undefined;
+    // Events can overtake the command's answer; hold them until the reply is known.
+    const early: ReplyEvent[] = [];
+    const handle = (message: ChatMessage, event: ReplyEvent) => {
+      applyEvent(message, event);
+      onEvent(event);
+      if (event.kind === 'done' || event.kind === 'error') finish(message);
+    };
+    channel.onmessage = (event) => (reply ? handle(reply, event) : early.push(event));
+    const started = await call<{ request_id: number; message: ChatMessage }>('reply', {
+      conversationId,
+      settings,
+      onEvent: channel,
+    });
+    reply = started.message;
+    for (const event of early.splice(0)) handle(reply, event);
+    return {
+      cancel: async () => {
+        await call('cancel_reply', { requestId: started.request_id });
+      },
+      done,
+    };
+  }
+}

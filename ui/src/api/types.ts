@@ -1,0 +1,165 @@
+// The shapes that cross the service layer. They mirror the engine's serde output
+// (crates/engine/src/generate.rs), so both transports hand the UI the same objects.
+
+export type Source = 'target' | 'accepted' | 'resampled' | 'bonus';
+
+export interface TokenEvent {
+  id: number;
+  /** The text this token completes; empty while a UTF-8 character is still partial. */
+  text: string;
+  source: Source;
+  /** The target's probability of this token. */
+  p?: number;
+  /** The draft's probability of this token (accepted and resampled tokens). */
+  q?: number;
+}
+
+export interface StepEvent {
+  k: number;
+  accepted: number;
+  generated: number;
+  tokens_per_second: number;
+  speedup_vs_plain: number | null;
+  acceptance_rate: number | null;
+}
+
+export interface SpeculativeStats {
+  drafter: string;
+  drafted: number;
+  accepted: number;
+  acceptance_rate: number;
+  target_passes: number;
+  tokens_per_pass: number;
+  draft_ms: number;
+  verify_ms: number;
+  plain_ms_per_token: number | null;
+  speedup_vs_plain: number | null;
+  predicted_speedup: number | null;
+  cost_ratio: number | null;
+  k_min: number;
+  k_max: number;
+  k_mean: number;
+}
+
+export interface GenerationStats {
+  prompt_tokens: number;
+  cached_prompt_tokens: number;
+  generated_tokens: number;
+  prefill_ms: number;
+  decode_ms: number;
+  tokens_per_second: number;
+  speculative?: SpeculativeStats;
+}
+
+export type Role = 'system' | 'user' | 'assistant';
+
+export interface ChatMessage {
+  id: number;
+  role: Role;
+  content: string;
+  /** Assistant replies: every token with its provenance. */
+  tokens?: TokenEvent[];
+  stats?: GenerationStats;
+  /** Unset while the reply streams; `cancelled` when stopped, `error` when it failed. */
+  finish_reason?: string;
+  /** The settings the reply was made with, e.g. "k auto · draft model". */
+  settings_label?: string;
+}
+
+export interface ConversationSummary {
+  id: number;
+  title: string;
+  updated_at: number;
+}
+
+export interface Conversation extends ConversationSummary {
+  system_prompt: string;
+  messages: ChatMessage[];
+}
+
+export type Drafter = 'model' | 'lookup' | 'none';
+export type Mode = 'greedy' | 'sample' | 'reproducible';
+
+export interface Settings {
+  /** Path of the target GGUF (the app) or the served model's id (a browser). */
+  target: string;
+  /** Path of the draft GGUF; empty for none. */
+  draft: string;
+  drafter: Drafter;
+  k: number | 'auto';
+  mode: Mode;
+  temperature: number;
+  top_p: number;
+  top_k: number;
+  seed: number;
+  max_tokens: number;
+  context: number;
+  device: string;
+}
+
+export const DEFAULT_SETTINGS: Settings = {
+  target: '',
+  draft: '',
+  drafter: 'model',
+  k: 'auto',
+  mode: 'reproducible',
+  temperature: 0.8,
+  top_p: 0.95,
+  top_k: 40,
+  seed: 42,
+  max_tokens: 512,
+  context: 4096,
+  device: 'auto',
+};
+
+/** A GGUF file the backend can offer, with whether it can draft for the current target. */
+export interface ModelEntry {
+  path: string;
+  name: string;
+  architecture: string;
+  parameters: number;
+  quantization: string;
+  file_bytes: number;
+  /** Undefined for the target itself; false with a reason when it cannot draft for it. */
+  compatible?: boolean;
+  reason?: string;
+}
+
+export interface EngineStatus {
+  target: string | null;
+  draft: string | null;
+  drafter: Drafter;
+  device: string;
+  /** Set when the last load failed; the previous models stay usable. */
+  error?: BackendError;
+}
+
+/** Every failure the UI sees: `code` to switch on, `message` to show. */
+export interface BackendError {
+  code: string;
+  message: string;
+}
+
+export type ReplyEvent =
+  | { kind: 'started'; prompt_tokens: number }
+  | { kind: 'token'; token: TokenEvent }
+  | { kind: 'step'; step: StepEvent }
+  | { kind: 'done'; stats: GenerationStats; finish_reason: string }
+  | { kind: 'error'; error: BackendError };
+
+export interface ReplyHandle {
+  cancel(): Promise<void>;
+  /** The stored assistant message once the reply ends, however it ends. */
+  done: Promise<ChatMessage>;
+}
+
+export function isBackendError(e: unknown): e is BackendError {
+  return typeof e === 'object' && e !== null && 'code' in e && 'message' in e;
+}
+
+/** Any thrown value as a BackendError, so the UI shows one kind of message. */
+export function toBackendError(e: unknown): BackendError {
+  if (isBackendError(e)) return { code: String(e.code), message: String(e.message) };
+  if (e instanceof Error) return { code: 'internal', message: e.message };
+  return { code: 'internal', message: String(e) };
+}

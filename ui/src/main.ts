@@ -1,0 +1,471 @@
+// The chat window. Everything it asks of the engine goes through the Backend service layer.
+
+import './style.css';
+import { type Backend, connect } from './api/backend';
+import type { ChatMessage, Conversation, ModelEntry, ReplyEvent, ReplyHandle, Settings, StepEvent } from './api/types';
+import { toBackendError } from './api/types';
+import { renderMarkdown } from './render/markdown';
+import { liveFigures, sparkline, summarize } from './render/speed';
+import { renderTokens } from './render/tokens';
+
+const $ = <T extends HTMLElement>(selector: string) => document.querySelector(selector) as T;
+
+const ui = {
+  list: $<HTMLUListElement>('#conversation-list'),
+  search: $<HTMLInputElement>('#search'),
+  engine: $<HTMLDivElement>('#engine-status'),
+  title: $<HTMLHeadingElement>('#title'),
+  messages: $<HTMLElement>('#messages'),
+  notice: $<HTMLDivElement>('#notice'),
+  speed: $<HTMLElement>('#speed-panel'),
+  summary: $<HTMLDivElement>('#summary'),
+  spark: $<HTMLSpanElement>('#spark'),
+  prompt: $<HTMLTextAreaElement>('#prompt'),
+  send: $<HTMLButtonElement>('#send'),
+  stop: $<HTMLButtonElement>('#stop'),
+  colours: $<HTMLInputElement>('#colours-toggle'),
+  theme: $<HTMLButtonElement>('#theme-toggle'),
+  settingsDialog: $<HTMLDialogElement>('#settings-dialog'),
+  settingsForm: $<HTMLFormElement>('#settings-form'),
+  settingsError: $<HTMLParagraphElement>('#settings-error'),
+  draftNote: $<HTMLParagraphElement>('#draft-note'),
+  systemDialog: $<HTMLDialogElement>('#system-dialog'),
+  systemForm: $<HTMLFormElement>('#system-form'),
+};
+
+interface State {
+  backend: Backend;
+  settings: Settings;
+  conversation: Conversation | null;
+  streaming: { handle: ReplyHandle | null; message: ChatMessage; speedups: number[] } | null;
+  /** The user message being edited for edit-and-resend. */
+  editing: number | null;
+}
+
+let state: State;
+
+function showNotice(error: unknown): void {
+  const e = toBackendError(error);
+  ui.notice.hidden = false;
+  ui.notice.dataset.code = e.code;
+  ui.notice.textContent = e.message;
+}
+
+function clearNotice(): void {
+  ui.notice.hidden = true;
+  ui.notice.textContent = '';
+}
+
+// ----- theme and colours -----
+
+function applyTheme(theme: string): void {
+  document.documentElement.dataset.theme = theme;
+  ui.theme.textContent = theme === 'dark' ? 'Light' : 'Dark';
+  localStorage.setItem('specula.theme', theme);
+}
+
+function applyColours(on: boolean): void {
+  ui.colours.checked = on;
+  document.body.classList.toggle('no-colours', !on);
+  localStorage.setItem('specula.colours', on ? '1' : '0');
+  renderMessages();
+}
+
+// ----- conversations -----
+
+async function refreshList(): Promise<void> {
+  const items = await state.backend.conversations(ui.search.value);
+  ui.list.replaceChildren(
+    ...items.map((c) => {
+      const li = document.createElement('li');
+      li.dataset.id = String(c.id);
+      li.className = c.id === state.conversation?.id ? 'current' : '';
+      const open = document.createElement('button');
+      open.className = 'open';
+      open.textContent = c.title;
+      open.addEventListener('click', () => void openConversation(c.id));
+      const rename = iconButton('✎', 'Rename', async () => {
+        const title = prompt('Rename conversation', c.title)?.trim();
+        if (title) await state.backend.renameConversation(c.id, title);
+        await refreshAll();
+      });
+      const remove = iconButton('×', 'Delete', async () => {
+        if (!confirm(`Delete “${c.title}”?`)) return;
+        await state.backend.deleteConversation(c.id);
+        if (state.conversation?.id === c.id) state.conversation = null;
+        await refreshAll();
+      });
+      li.append(open, rename, remove);
+      return li;
+    }),
+  );
+}
+
+function iconButton(text: string, label: string, action: () => Promise<void>): HTMLButtonElement {
+  const b = document.createElement('button');
+  b.className = 'icon';
+  b.textContent = text;
+  b.title = label;
+  b.setAttribute('aria-label', label);
+  b.addEventListener('click', () => action().catch(showNotice));
+  return b;
+}
+
+async function openConversation(id: number): Promise<void> {
+  state.conversation = await state.backend.conversation(id);
+  state.editing = null;
+  ui.speed.hidden = true;
+  await refreshAll();
+}
+
+async function refreshAll(): Promise<void> {
+  if (state.conversation) state.conversation = await state.backend.conversation(state.conversation.id);
+  ui.title.textContent = state.conversation?.title ?? 'Specula';
+  renderMessages();
+  await refreshList();
+}
+
+// ----- messages -----
+
+function renderMessages(): void {
+  if (!state) return;
+  const messages = state.conversation?.messages ?? [];
+  ui.messages.replaceChildren(...messages.map((m, i) => messageElement(m, i === messages.length - 1)));
+  if (messages.length === 0) {
+    const empty = document.createElement('p');
+    empty.className = 'empty';
+    empty.textContent = 'Start a conversation. Tokens are coloured by where they came from; hover one for p and q.';
+    ui.messages.append(empty);
+  }
+  ui.messages.scrollTop = ui.messages.scrollHeight;
+}
+
+function messageElement(m: ChatMessage, last: boolean): HTMLElement {
+  const el = document.createElement('article');
+  el.className = `message ${m.role}`;
+  el.dataset.id = String(m.id);
+  const body = document.createElement('div');
+  body.className = 'body';
+  fillBody(body, m);
+  el.append(body);
+  const footer = document.createElement('footer');
+  if (m.role === 'assistant') {
+    const line = document.createElement('span');
+    line.className = 'reply-summary';
+    line.textContent = replyFooter(m);
+    footer.append(line);
+    if (last && !state.streaming) footer.append(textButton('Regenerate', 'regenerate', () => regenerate(m.id)));
+  } else if (m.role === 'user' && !state.streaming) {
+    footer.append(textButton('Edit', 'edit', async () => startEdit(m)));
+  }
+  el.append(footer);
+  return el;
+}
+
+function fillBody(body: HTMLElement, m: ChatMessage): void {
+  if (m.role === 'assistant' && m.tokens && ui.colours.checked) body.replaceChildren(renderTokens(m.tokens));
+  else if (m.role === 'assistant') body.replaceChildren(renderMarkdown(m.content));
+  else body.textContent = m.content;
+}
+
+function replyFooter(m: ChatMessage): string {
+  const parts: string[] = [];
+  if (m.stats) parts.push(summarize(m.stats, state.settings.k));
+  if (m.finish_reason === 'cancelled') parts.push('stopped');
+  if (m.finish_reason === 'error') parts.push('failed');
+  if (m.finish_reason === 'length') parts.push('hit the token limit');
+  if (!m.finish_reason && !state.streaming) parts.push('interrupted');
+  if (m.settings_label) parts.push(m.settings_label);
+  return parts.join(' · ');
+}
+
+function textButton(text: string, name: string, action: () => Promise<void>): HTMLButtonElement {
+  const b = document.createElement('button');
+  b.type = 'button';
+  b.className = `small ${name}`;
+  b.textContent = text;
+  b.addEventListener('click', () => action().catch(showNotice));
+  return b;
+}
+
+function startEdit(m: ChatMessage): void {
+  state.editing = m.id;
+  ui.prompt.value = m.content;
+  ui.prompt.focus();
+  ui.send.textContent = 'Resend';
+}
+
+// ----- replies -----
+
+async function send(): Promise<void> {
+  const text = ui.prompt.value.trim();
+  if (!text || state.streaming) return;
+  clearNotice();
+  if (!state.conversation) state.conversation = await state.backend.createConversation();
+  const id = state.conversation.id;
+  if (state.editing !== null) await state.backend.truncate(id, state.editing);
+  state.editing = null;
+  ui.send.textContent = 'Send';
+  await state.backend.addMessage(id, 'user', text);
+  ui.prompt.value = '';
+  await refreshAll();
+  await streamReply(id);
+}
+
+async function regenerate(messageId: number): Promise<void> {
+  if (!state.conversation || state.streaming) return;
+  clearNotice();
+  await state.backend.truncate(state.conversation.id, messageId);
+  await refreshAll();
+  await streamReply(state.conversation.id);
+}
+
+async function streamReply(conversationId: number): Promise<void> {
+  const message: ChatMessage = { id: -1, role: 'assistant', content: '', tokens: [] };
+  state.streaming = { handle: null, message, speedups: [] };
+  setStreaming(true);
+  const live = messageElement(message, true);
+  live.classList.add('streaming');
+  ui.messages.querySelector('.empty')?.remove();
+  ui.messages.append(live);
+  const body = live.querySelector('.body') as HTMLElement;
+  let frame = 0;
+  const paint = () => {
+    frame = 0;
+    fillBody(body, message);
+    ui.messages.scrollTop = ui.messages.scrollHeight;
+  };
+  const onEvent = (event: ReplyEvent) => {
+    if (event.kind === 'token') {
+      message.tokens?.push(event.token);
+      message.content += event.token.text;
+      frame ||= requestAnimationFrame(paint);
+    } else if (event.kind === 'step') {
+      showStep(event.step);
+    } else if (event.kind === 'done') {
+      message.stats = event.stats;
+      ui.summary.textContent = summarize(event.stats, state.settings.k);
+    } else if (event.kind === 'error') {
+      showNotice(event.error);
+    }
+  };
+  let stored: ChatMessage | undefined;
+  try {
+    const handle = await state.backend.reply(conversationId, state.settings, onEvent);
+    state.streaming.handle = handle;
+    stored = await handle.done;
+  } catch (e) {
+    showNotice(e);
+  } finally {
+    state.streaming = null;
+    setStreaming(false);
+    if (stored?.finish_reason === 'error' && !stored.content) await giveBackPrompt(conversationId);
+    await refreshAll();
+    document.body.dataset.replies = String(Number(document.body.dataset.replies ?? 0) + 1);
+  }
+}
+
+/** A reply that failed before its first token (a prompt over the context, say) leaves no trace:
+ * the question goes back to the composer, to shorten or resend, and the chat stays usable. */
+async function giveBackPrompt(conversationId: number): Promise<void> {
+  const conversation = await state.backend.conversation(conversationId);
+  const question = conversation.messages.findLast((m) => m.role === 'user');
+  if (!question) return;
+  await state.backend.truncate(conversationId, question.id);
+  ui.prompt.value = question.content;
+}
+
+function showStep(step: StepEvent): void {
+  const figures = liveFigures(step);
+  const set = (name: string, value: string) => {
+    const el = ui.speed.querySelector(`[data-figure="${name}"]`);
+    if (el) el.textContent = value;
+  };
+  set('tps', figures.tokensPerSecond.replace(' tok/s', ''));
+  set('speedup', figures.speedup);
+  set('acceptance', figures.acceptance);
+  set('k', figures.k);
+  if (state.streaming && step.speedup_vs_plain != null) {
+    state.streaming.speedups.push(step.speedup_vs_plain);
+    ui.spark.innerHTML = sparkline(state.streaming.speedups);
+  }
+}
+
+function setStreaming(on: boolean): void {
+  ui.send.hidden = on;
+  ui.stop.hidden = !on;
+  if (on) {
+    ui.speed.hidden = false;
+    ui.summary.textContent = '';
+    ui.spark.innerHTML = '';
+    for (const el of ui.speed.querySelectorAll('[data-figure]')) el.textContent = '–';
+  }
+}
+
+// ----- settings -----
+
+async function openSettings(): Promise<void> {
+  ui.settingsError.textContent = '';
+  const models = await state.backend.models().catch((e) => {
+    showNotice(e);
+    return [] as ModelEntry[];
+  });
+  const form = ui.settingsForm;
+  const s = state.settings;
+  const target = form.elements.namedItem('target') as HTMLSelectElement;
+  target.replaceChildren(...models.filter((m) => m.compatible === undefined || state.backend.canChooseTarget).map((m) => option(m.path, label(m))));
+  if (![...target.options].some((o) => o.value === s.target)) target.append(option(s.target, s.target));
+  target.value = s.target;
+  target.disabled = !state.backend.canChooseTarget;
+  const draft = form.elements.namedItem('draft') as HTMLSelectElement;
+  draft.replaceChildren(option('none', 'None (plain decoding)'), option('lookup', 'Prompt lookup (n-grams from the chat)'));
+  for (const m of models.filter((m) => m.path !== s.target)) {
+    const o = option(`model:${m.path}`, label(m));
+    if (m.compatible === false) {
+      o.disabled = true;
+      o.textContent += ` — incompatible: ${m.reason ?? ''}`;
+    }
+    draft.append(o);
+  }
+  draft.value = s.drafter === 'model' ? `model:${s.draft}` : s.drafter;
+  if (draft.selectedIndex < 0) draft.value = 'none';
+  ui.draftNote.textContent = models.some((m) => m.compatible === false)
+    ? 'Greyed-out drafts use another vocabulary than the target; their tokens would not mean the same.'
+    : '';
+  const k = form.elements.namedItem('k') as HTMLSelectElement;
+  k.replaceChildren(option('auto', 'auto (measured)'), ...Array.from({ length: 16 }, (_, i) => option(String(i + 1), String(i + 1))));
+  k.value = String(s.k);
+  for (const name of ['mode', 'temperature', 'top_p', 'top_k', 'seed', 'max_tokens', 'context', 'device'] as const) {
+    (form.elements.namedItem(name) as HTMLInputElement).value = String(s[name]);
+  }
+  for (const name of ['context', 'device']) {
+    (form.elements.namedItem(name) as HTMLInputElement).disabled = !state.backend.canChooseTarget;
+  }
+  ui.settingsDialog.showModal();
+}
+
+function option(value: string, text: string): HTMLOptionElement {
+  const o = document.createElement('option');
+  o.value = value;
+  o.textContent = text;
+  return o;
+}
+
+function label(m: ModelEntry): string {
+  const size = m.file_bytes ? ` · ${(m.file_bytes / 2 ** 20).toFixed(0)} MiB` : '';
+  const quant = m.quantization ? ` · ${m.quantization}` : '';
+  return `${m.name}${quant}${size}`;
+}
+
+function readSettings(): Settings {
+  const form = ui.settingsForm;
+  const value = (name: string) => (form.elements.namedItem(name) as HTMLInputElement).value;
+  const draft = value('draft');
+  const k = value('k');
+  return {
+    ...state.settings,
+    target: value('target'),
+    drafter: draft.startsWith('model:') ? 'model' : (draft as Settings['drafter']),
+    draft: draft.startsWith('model:') ? draft.slice('model:'.length) : state.settings.draft,
+    k: k === 'auto' ? 'auto' : Number(k),
+    mode: value('mode') as Settings['mode'],
+    temperature: Number(value('temperature')),
+    top_p: Number(value('top_p')),
+    top_k: Number(value('top_k')),
+    seed: Number(value('seed')),
+    max_tokens: Number(value('max_tokens')),
+    context: Number(value('context')),
+    device: value('device'),
+  };
+}
+
+async function saveSettings(): Promise<void> {
+  const next = readSettings();
+  ui.settingsError.textContent = '';
+  const save = ui.settingsForm.querySelector('#settings-save') as HTMLButtonElement;
+  save.disabled = true;
+  save.textContent = 'Loading…';
+  try {
+    const status = await state.backend.applyModels(next);
+    await state.backend.saveSettings(next);
+    state.settings = next;
+    showStatus(status);
+    ui.settingsDialog.close();
+  } catch (e) {
+    ui.settingsError.textContent = toBackendError(e).message;
+  } finally {
+    save.disabled = false;
+    save.textContent = 'Save';
+  }
+}
+
+function showStatus(status: Awaited<ReturnType<Backend['status']>>): void {
+  const name = (path: string | null) => (path ? (path.split('/').pop() ?? path).replace(/\.gguf$/, '') : 'none');
+  const drafter = status.drafter === 'lookup' ? 'prompt lookup' : status.drafter === 'model' ? name(status.draft) : 'none';
+  ui.engine.textContent = `target ${name(status.target)} · draft ${drafter} · k ${state.settings.k}`;
+  if (status.error) showNotice(status.error);
+}
+
+// ----- start -----
+
+function wire(): void {
+  $('#new-chat').addEventListener('click', () => {
+    state.conversation = null;
+    state.editing = null;
+    ui.speed.hidden = true;
+    void refreshAll().catch(showNotice);
+    ui.prompt.focus();
+  });
+  ui.search.addEventListener('input', () => void refreshList().catch(showNotice));
+  $('#composer').addEventListener('submit', (e) => {
+    e.preventDefault();
+    void send().catch(showNotice);
+  });
+  ui.prompt.addEventListener('keydown', (e) => {
+    if (e.key === 'Enter' && !e.shiftKey) {
+      e.preventDefault();
+      void send().catch(showNotice);
+    }
+  });
+  ui.stop.addEventListener('click', () => void state.streaming?.handle?.cancel().catch(showNotice));
+  ui.colours.addEventListener('change', () => applyColours(ui.colours.checked));
+  ui.theme.addEventListener('click', () => applyTheme(document.documentElement.dataset.theme === 'dark' ? 'light' : 'dark'));
+  $('#settings-button').addEventListener('click', () => void openSettings().catch(showNotice));
+  $('#settings-cancel').addEventListener('click', () => ui.settingsDialog.close());
+  ui.settingsForm.addEventListener('submit', (e) => {
+    e.preventDefault();
+    void saveSettings();
+  });
+  $('#system-button').addEventListener('click', () => {
+    (ui.systemForm.elements.namedItem('system') as HTMLTextAreaElement).value = state.conversation?.system_prompt ?? '';
+    ui.systemDialog.showModal();
+  });
+  $('#system-cancel').addEventListener('click', () => ui.systemDialog.close());
+  ui.systemForm.addEventListener('submit', (e) => {
+    e.preventDefault();
+    void (async () => {
+      const text = (ui.systemForm.elements.namedItem('system') as HTMLTextAreaElement).value;
+      if (!state.conversation) state.conversation = await state.backend.createConversation();
+      await state.backend.setSystemPrompt(state.conversation.id, text);
+      ui.systemDialog.close();
+      await refreshAll();
+    })().catch(showNotice);
+  });
+}
+
+async function start(): Promise<void> {
+  const preferred = window.matchMedia?.('(prefers-color-scheme: dark)').matches ? 'dark' : 'light';
+  applyTheme(localStorage.getItem('specula.theme') ?? preferred);
+  ui.colours.checked = localStorage.getItem('specula.colours') !== '0';
+  document.body.classList.toggle('no-colours', !ui.colours.checked);
+  const backend = await connect();
+  state = { backend, settings: await backend.settings(), conversation: null, streaming: null, editing: null };
+  wire();
+  const recent = await backend.conversations();
+  if (recent[0]) state.conversation = await backend.conversation(recent[0].id);
+  await refreshAll();
+  showStatus(await backend.status());
+  document.body.dataset.ready = 'true';
+}
+
+start().catch(showNotice);

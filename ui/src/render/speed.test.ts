@@ -1,0 +1,63 @@
+import { describe, expect, it } from 'vitest';
+import type { GenerationStats, SpeculativeStats } from '../api/types';
+import { liveFigures, sparkline, summarize, whyNotFaster } from './speed';
+
+const spec = (over: Partial<SpeculativeStats>): SpeculativeStats => ({
+  drafter: 'model',
+  drafted: 100,
+  accepted: 74,
+  acceptance_rate: 0.74,
+  target_passes: 40,
+  tokens_per_pass: 2.6,
+  draft_ms: 1000,
+  verify_ms: 3000,
+  plain_ms_per_token: 100,
+  speedup_vs_plain: 1.4,
+  predicted_speedup: 1.5,
+  cost_ratio: 0.2,
+  k_min: 2,
+  k_max: 5,
+  k_mean: 3.5,
+  ...over,
+});
+
+const stats = (speculative?: SpeculativeStats, generated = 100): GenerationStats => ({
+  prompt_tokens: 20,
+  cached_prompt_tokens: 0,
+  generated_tokens: generated,
+  prefill_ms: 500,
+  decode_ms: 7000,
+  tokens_per_second: 14.3,
+  speculative,
+});
+
+describe('speed summary', () => {
+  it('reads as one line when speculation paid', () => {
+    expect(summarize(stats(spec({})))).toBe('1.40x faster than plain · 74% accepted · k auto 2-5');
+    expect(summarize(stats(spec({ k_min: 4, k_max: 4 })), 4)).toBe('1.40x faster than plain · 74% accepted · k 4');
+  });
+
+  it('says why when it did not pay', () => {
+    expect(summarize(stats(spec({ speedup_vs_plain: 0.8, cost_ratio: 0.41 })))).toBe(
+      '0.80x of plain · 74% accepted · k auto 2-5 · draft too slow: c = 0.41',
+    );
+    expect(whyNotFaster(stats(spec({ acceptance_rate: 0.3 })))).toBe('draft disagrees often: 30% accepted');
+    expect(whyNotFaster(stats(spec({ k_min: 0, k_max: 0 })))).toMatch(/auto chose plain/);
+    expect(whyNotFaster(stats(spec({}), 10))).toMatch(/too short/);
+  });
+
+  it('names plain decoding', () => {
+    expect(summarize(stats())).toBe('plain decoding · 14.3 tok/s');
+  });
+
+  it('formats live figures', () => {
+    const f = liveFigures({ k: 0, accepted: 0, generated: 9, tokens_per_second: 9.87, speedup_vs_plain: null, acceptance_rate: null });
+    expect(f).toEqual({ tokensPerSecond: '9.9 tok/s', speedup: '…', acceptance: '–', k: 'plain' });
+  });
+
+  it('draws the speedup line with the 1x reference', () => {
+    const svg = sparkline([0.5, 1, 2]);
+    expect(svg).toContain('<polyline points="0.0,');
+    expect(svg).toContain('class="one"');
+  });
+});

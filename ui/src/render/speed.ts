@@ -1,0 +1,66 @@
+// The speed panel: live figures while a reply streams, and a one-line verdict afterwards that
+// says why speculation did not pay when it did not.
+
+import type { GenerationStats, StepEvent } from '../api/types';
+
+const pct = (x: number) => `${Math.round(x * 100)}%`;
+const times = (x: number) => `${x.toFixed(2)}x`;
+
+export interface LiveFigures {
+  tokensPerSecond: string;
+  speedup: string;
+  acceptance: string;
+  k: string;
+}
+
+export function liveFigures(step: StepEvent): LiveFigures {
+  return {
+    tokensPerSecond: `${step.tokens_per_second.toFixed(1)} tok/s`,
+    speedup: step.speedup_vs_plain == null ? '…' : times(step.speedup_vs_plain),
+    acceptance: step.acceptance_rate == null ? '–' : pct(step.acceptance_rate),
+    k: step.k === 0 ? 'plain' : String(step.k),
+  };
+}
+
+/** "1.40x faster than plain · 74% accepted · k auto 2-5", or why it did not pay. */
+export function summarize(stats: GenerationStats, kSetting: number | 'auto' = 'auto'): string {
+  const rate = `${stats.tokens_per_second.toFixed(1)} tok/s`;
+  const spec = stats.speculative;
+  if (!spec) return `plain decoding · ${rate}`;
+  const k = spec.k_max === 0 ? 'k auto: plain throughout' : kRange(spec.k_min, spec.k_max, kSetting);
+  const accepted = spec.drafted > 0 ? `${pct(spec.acceptance_rate)} accepted` : 'nothing drafted';
+  const speedup = spec.speedup_vs_plain;
+  if (speedup == null) return `${rate} · ${accepted} · ${k}`;
+  if (speedup >= 1) return `${times(speedup)} faster than plain · ${accepted} · ${k}`;
+  return `${times(speedup)} of plain · ${accepted} · ${k} · ${whyNotFaster(stats)}`;
+}
+
+function kRange(min: number, max: number, setting: number | 'auto'): string {
+  const range = min === max ? `${max}` : `${min}-${max}`;
+  return setting === 'auto' ? `k auto ${range}` : `k ${range}`;
+}
+
+/** The likeliest reason a reply was slower than plain decoding. */
+export function whyNotFaster(stats: GenerationStats): string {
+  const spec = stats.speculative;
+  if (!spec) return 'plain decoding';
+  if (spec.k_max === 0) return 'auto chose plain decoding: drafting does not pay here';
+  if (spec.cost_ratio != null && spec.cost_ratio >= 0.35) return `draft too slow: c = ${spec.cost_ratio.toFixed(2)}`;
+  if (spec.drafted > 0 && spec.acceptance_rate < 0.5) return `draft disagrees often: ${pct(spec.acceptance_rate)} accepted`;
+  if (stats.generated_tokens < 32) return 'reply too short to repay the probe';
+  return 'verifying several tokens costs too much on this device';
+}
+
+/** A small SVG line of speedup along the reply, with the 1x line for reference. */
+export function sparkline(values: number[], width = 160, height = 36): string {
+  if (values.length === 0) return `<svg class="spark" width="${width}" height="${height}" aria-hidden="true"></svg>`;
+  const top = Math.max(2, ...values);
+  const y = (v: number) => (height - 2 - (v / top) * (height - 4)).toFixed(1);
+  const x = (i: number) => (values.length === 1 ? width : (i / (values.length - 1)) * width).toFixed(1);
+  const points = values.map((v, i) => `${x(i)},${y(v)}`).join(' ');
+  return (
+    `<svg class="spark" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" role="img" aria-label="speedup along the reply">` +
+    `<line class="one" x1="0" x2="${width}" y1="${y(1)}" y2="${y(1)}"/>` +
+    `<polyline points="${points}"/></svg>`
+  );
+}
