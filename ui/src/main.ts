@@ -306,32 +306,17 @@ function setStreaming(on: boolean): void {
 
 async function openSettings(): Promise<void> {
   ui.settingsError.textContent = '';
-  const models = await state.backend.models().catch((e) => {
-    showNotice(e);
-    return [] as ModelEntry[];
-  });
   const form = ui.settingsForm;
   const s = state.settings;
+  const models = await loadModels(s.target);
   const target = form.elements.namedItem('target') as HTMLSelectElement;
-  target.replaceChildren(...models.filter((m) => m.compatible === undefined || state.backend.canChooseTarget).map((m) => option(m.path, label(m))));
+  const runnable = state.backend.canChooseTarget ? models.filter((m) => m.runnable !== false) : [];
+  target.replaceChildren(...runnable.map((m) => option(m.path, label(m))));
   if (![...target.options].some((o) => o.value === s.target)) target.append(option(s.target, s.target));
   target.value = s.target;
   target.disabled = !state.backend.canChooseTarget;
-  const draft = form.elements.namedItem('draft') as HTMLSelectElement;
-  draft.replaceChildren(option('none', 'None (plain decoding)'), option('lookup', 'Prompt lookup (n-grams from the chat)'));
-  for (const m of models.filter((m) => m.path !== s.target)) {
-    const o = option(`model:${m.path}`, label(m));
-    if (m.compatible === false) {
-      o.disabled = true;
-      o.textContent += ` — incompatible: ${m.reason ?? ''}`;
-    }
-    draft.append(o);
-  }
-  draft.value = s.drafter === 'model' ? `model:${s.draft}` : s.drafter;
-  if (draft.selectedIndex < 0) draft.value = 'none';
-  ui.draftNote.textContent = models.some((m) => m.compatible === false)
-    ? 'Greyed-out drafts use another vocabulary than the target; their tokens would not mean the same.'
-    : '';
+  target.onchange = () => void loadModels(target.value).then((list) => fillDrafts(list, target.value, 'none'));
+  fillDrafts(models, s.target, s.drafter === 'model' ? `model:${s.draft}` : s.drafter);
   const k = form.elements.namedItem('k') as HTMLSelectElement;
   k.replaceChildren(option('auto', 'auto (measured)'), ...Array.from({ length: 16 }, (_, i) => option(String(i + 1), String(i + 1))));
   k.value = String(s.k);
@@ -342,6 +327,34 @@ async function openSettings(): Promise<void> {
     (form.elements.namedItem(name) as HTMLInputElement).disabled = !state.backend.canChooseTarget;
   }
   ui.settingsDialog.showModal();
+}
+
+async function loadModels(target: string): Promise<ModelEntry[]> {
+  return state.backend.models(target).catch((e) => {
+    showNotice(e);
+    return [] as ModelEntry[];
+  });
+}
+
+/** The draft choices for `target`: only compatible models can be picked; the others say why. */
+function fillDrafts(models: ModelEntry[], target: string, chosen: string): void {
+  const draft = ui.settingsForm.elements.namedItem('draft') as HTMLSelectElement;
+  draft.replaceChildren(option('none', 'None (plain decoding)'), option('lookup', 'Prompt lookup (n-grams from the chat)'));
+  const refused: string[] = [];
+  for (const m of models.filter((m) => m.path !== target)) {
+    const o = option(`model:${m.path}`, label(m));
+    if (m.runnable === false || m.compatible === false) {
+      o.disabled = true;
+      o.textContent += ' (cannot draft)';
+      refused.push(`${m.name}: ${m.reason ?? 'incompatible'}`);
+    }
+    draft.append(o);
+  }
+  draft.value = chosen;
+  if (draft.selectedIndex < 0 || draft.selectedOptions[0]?.disabled) draft.value = 'none';
+  ui.draftNote.textContent = refused.length
+    ? `Greyed-out drafts cannot pair with this target. ${refused.join(' · ')}`
+    : '';
 }
 
 function option(value: string, text: string): HTMLOptionElement {
@@ -402,8 +415,12 @@ async function saveSettings(): Promise<void> {
 function showStatus(status: Awaited<ReturnType<Backend['status']>>): void {
   const name = (path: string | null) => (path ? (path.split('/').pop() ?? path).replace(/\.gguf$/, '') : 'none');
   const drafter = status.drafter === 'lookup' ? 'prompt lookup' : status.drafter === 'model' ? name(status.draft) : 'none';
-  ui.engine.textContent = `target ${name(status.target)} · draft ${drafter} · k ${state.settings.k}`;
+  ui.engine.textContent = status.loading
+    ? 'loading models…'
+    : `target ${name(status.target)} · draft ${drafter} · k ${state.settings.k}${status.device ? ` · ${status.device}` : ''}`;
   if (status.error) showNotice(status.error);
+  // Models load in the background at start: look again until they are in.
+  if (status.loading) setTimeout(() => void state.backend.status().then(showStatus, showNotice), 1000);
 }
 
 // ----- start -----

@@ -84,6 +84,17 @@ fn a_prompt_longer_than_the_context_is_a_clear_error() {
 }
 
 #[test]
+fn a_model_too_large_for_free_memory_is_a_clear_error() {
+    let smol = model(SMOLLM);
+    let out = Command::new(env!("CARGO_BIN_EXE_specula"))
+        .args(["generate", "--model", smol.to_str().unwrap(), "--prompt", "Hi", "--device", "cpu"])
+        .env("SPECULA_MEMORY_LIMIT", (10 << 20).to_string())
+        .output()
+        .unwrap();
+    assert_clear_error(&out, "only 10 MiB is free");
+}
+
+#[test]
 fn a_draft_with_another_vocabulary_is_a_clear_error() {
     let smol = model(SMOLLM);
     let qwen = model("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");

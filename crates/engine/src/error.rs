@@ -38,6 +38,13 @@ pub enum Error {
     )]
     ContextOverflow { prompt_tokens: usize, context: usize, reserve: usize },
 
+    #[error(
+        "{path}: the model needs about {} MiB of memory but only {} MiB is free; \
+         close other programs or pick a smaller model",
+        .needed / (1 << 20), .available / (1 << 20)
+    )]
+    ModelTooLarge { path: PathBuf, needed: u64, available: u64 },
+
     #[error("the draft cannot pair with the target: {0}")]
     IncompatibleDraft(String),
 
@@ -66,6 +73,7 @@ impl Error {
             Error::Tokenizer(_) => "tokenizer",
             Error::Template(_) => "template",
             Error::ContextOverflow { .. } => "context_overflow",
+            Error::ModelTooLarge { .. } => "model_too_large",
             Error::IncompatibleDraft(_) => "incompatible_draft",
             Error::InvalidSetting(_) => "invalid_setting",
             Error::Candle(_) => "compute",

@@ -14,6 +14,7 @@ pub mod device;
 pub mod error;
 pub mod generate;
 pub mod gguf;
+pub mod inspect;
 pub mod kv_cache;
 pub mod models;
 pub mod quant;
@@ -28,6 +29,7 @@ pub use generate::{
     generate_plain, CachedModel, FinishReason, Flow, GenerateOptions, Generation, GenerationStats, NullSink, Source,
     SpeculativeStats, StepEvent, TokenEvent, TokenSink,
 };
+pub use inspect::{check_draft_for, inspect, ModelCard};
 pub use models::{CausalLm, ModelInfo};
 pub use sampling::{Mode, SamplingParams};
 pub use session::{DrafterKind, Session};
@@ -52,6 +54,8 @@ impl LoadedModel {
     pub fn load(path: impl AsRef<Path>, device: &candle_core::Device, context: usize) -> Result<Self> {
         let mut gguf = gguf::GgufFile::open(path)?;
         models::check_architecture(&gguf)?;
+        let card = inspect::card(&gguf);
+        inspect::check_fits_in_memory(&card.path, card.file_bytes, 0)?;
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
         let template = ChatTemplate::from_gguf(&gguf, tokenizer.bos_text(), tokenizer.eos_text())?;
         let (model, info) = models::load_model(&mut gguf, device, context)?;

@@ -19,7 +19,8 @@ export interface Backend {
   readonly canChooseTarget: boolean;
 
   status(): Promise<EngineStatus>;
-  models(): Promise<ModelEntry[]>;
+  /** GGUF files on offer, with whether each can draft for `target` (default: the saved one). */
+  models(target?: string): Promise<ModelEntry[]>;
   /** Apply model settings: load the target if it changed, then the draft. */
   applyModels(settings: Settings): Promise<EngineStatus>;
   settings(): Promise<Settings>;

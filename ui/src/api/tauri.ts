@@ -33,8 +33,8 @@ export class TauriBackend implements Backend {
   status(): Promise<EngineStatus> {
     return call('engine_status');
   }
-  models(): Promise<ModelEntry[]> {
-    return call('list_models');
+  models(target?: string): Promise<ModelEntry[]> {
+    return call('list_models', { target: target ?? null });
   }
   applyModels(settings: Settings): Promise<EngineStatus> {
     return call('apply_models', { settings });

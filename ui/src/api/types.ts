@@ -120,6 +120,8 @@ export interface ModelEntry {
   parameters: number;
   quantization: string;
   file_bytes: number;
+  /** False, with a reason, for a file the engine cannot run (foreign, truncated, unsupported). */
+  runnable?: boolean;
   /** Undefined for the target itself; false with a reason when it cannot draft for it. */
   compatible?: boolean;
   reason?: string;
@@ -128,8 +130,10 @@ export interface ModelEntry {
 export interface EngineStatus {
   target: string | null;
   draft: string | null;
-  drafter: Drafter;
+  drafter: Drafter | null;
   device: string;
+  /** True while models load; replies wait for them. */
+  loading?: boolean;
   /** Set when the last load failed; the previous models stay usable. */
   error?: BackendError;
 }

@@ -137,7 +137,7 @@ fn file_stem(gguf: &GgufFile) -> String {
     gguf.path().file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
-fn dominant_weight_type(gguf: &GgufFile) -> String {
+pub(crate) fn dominant_weight_type(gguf: &GgufFile) -> String {
     let mut bytes: BTreeMap<String, u64> = BTreeMap::new();
     for info in gguf.content().tensor_infos.values() {
         let size =

@@ -1,0 +1,25 @@
+// The app's own commands are permissions too: only those listed in the capability files
+// (src-tauri/capabilities) can be called from the webview.
+fn main() {
+    let commands = &[
+        "engine_status",
+        "list_models",
+        "apply_models",
+        "get_settings",
+        "save_settings",
+        "list_conversations",
+        "get_conversation",
+        "create_conversation",
+        "rename_conversation",
+        "set_system_prompt",
+        "delete_conversation",
+        "add_message",
+        "truncate_messages",
+        "reply",
+        "cancel_reply",
+    ];
+    let attributes = tauri_build::Attributes::new()
+        .capabilities_path_pattern("./src-tauri/capabilities/**/*")
+        .app_manifest(tauri_build::AppManifest::new().commands(commands));
+    tauri_build::try_build(attributes).expect("tauri-build");
+}

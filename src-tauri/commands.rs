@@ -1,0 +1,213 @@
+//! The commands the webview may call (each listed in src-tauri/capabilities). They are thin:
+//! the history is in specula-store, decoding in the engine thread.
+
+use crate::engine::{EngineStatus, ReplyEvent, ReplyJob};
+use crate::error::{CommandResult, ErrorDto};
+use crate::settings::{models_dir, AppSettings};
+use crate::AppState;
+use serde::Serialize;
+use specula_engine::{check_draft_for, inspect, Message, Role};
+use specula_store::{Conversation, ConversationSummary, Store, StoredMessage};
+use std::path::{Path, PathBuf};
+use tauri::ipc::Channel;
+use tauri::State;
+
+const SETTINGS_KEY: &str = "settings";
+
+fn with_store<T>(state: &AppState, f: impl FnOnce(&mut Store) -> specula_store::Result<T>) -> CommandResult<T> {
+    let mut store = state.store.lock().map_err(|_| ErrorDto::new("internal", "the history database is unavailable"))?;
+    Ok(f(&mut store)?)
+}
+
+/// Blocking work (loading models, reading model headers) off the IPC thread.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> CommandResult<T> + Send + 'static) -> CommandResult<T> {
+    tauri::async_runtime::spawn_blocking(f).await.map_err(|e| ErrorDto::new("internal", e.to_string()))?
+}
+
+#[tauri::command]
+pub fn engine_status(state: State<'_, AppState>) -> EngineStatus {
+    state.engine.status()
+}
+
+#[tauri::command]
+pub fn get_settings(state: State<'_, AppState>) -> CommandResult<AppSettings> {
+    Ok(with_store(&state, |s| s.setting(SETTINGS_KEY))?.unwrap_or_default())
+}
+
+#[tauri::command]
+pub fn save_settings(state: State<'_, AppState>, settings: AppSettings) -> CommandResult<()> {
+    settings.k()?;
+    settings.options()?;
+    with_store(&state, |s| s.set_setting(SETTINGS_KEY, &settings))
+}
+
+#[tauri::command]
+pub async fn apply_models(state: State<'_, AppState>, settings: AppSettings) -> CommandResult<EngineStatus> {
+    let answer = state.engine.apply(settings);
+    blocking(move || answer.recv().map_err(|_| ErrorDto::new("internal", "the engine stopped"))?).await
+}
+
+/// A GGUF file the settings can offer, with whether it can run and draft for the target.
+#[derive(Serialize)]
+pub struct ModelEntry {
+    path: PathBuf,
+    name: String,
+    architecture: String,
+    parameters: u64,
+    quantization: String,
+    file_bytes: u64,
+    runnable: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    compatible: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
+}
+
+/// The models on offer; drafts are checked against `target` (default: the saved target).
+#[tauri::command]
+pub async fn list_models(state: State<'_, AppState>, target: Option<String>) -> CommandResult<Vec<ModelEntry>> {
+    let mut settings = get_settings(state)?;
+    if let Some(target) = target.filter(|t| !t.is_empty()) {
+        settings.target = target;
+    }
+    blocking(move || Ok(scan_models(&settings))).await
+}
+
+fn scan_models(settings: &AppSettings) -> Vec<ModelEntry> {
+    let mut dirs = vec![models_dir()];
+    for chosen in [&settings.target, &settings.draft] {
+        if let Some(dir) = Path::new(chosen).parent().filter(|d| !d.as_os_str().is_empty()) {
+            dirs.push(dir.to_path_buf());
+        }
+    }
+    dirs.sort();
+    dirs.dedup();
+    let mut paths: Vec<PathBuf> = dirs
+        .iter()
+        .filter_map(|dir| std::fs::read_dir(dir).ok())
+        .flatten()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "gguf"))
+        .collect();
+    paths.sort();
+    paths.into_iter().map(|path| model_entry(path, &settings.target)).collect()
+}
+
+fn model_entry(path: PathBuf, target: &str) -> ModelEntry {
+    match inspect(&path) {
+        Err(e) => ModelEntry {
+            name: path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
+            path,
+            architecture: String::new(),
+            parameters: 0,
+            quantization: String::new(),
+            file_bytes: 0,
+            runnable: false,
+            compatible: Some(false),
+            reason: Some(e.to_string()),
+        },
+        Ok(card) => {
+            let is_target = card.path == Path::new(target);
+            let pairing = if is_target { None } else { Some(check_draft_for(target, &card.path)) };
+            ModelEntry {
+                compatible: pairing.as_ref().map(|r| r.is_ok()),
+                reason: pairing.and_then(|r| r.err()).map(|e| e.to_string()),
+                path: card.path,
+                name: card.name,
+                architecture: card.architecture,
+                parameters: card.parameters,
+                quantization: card.quantization,
+                file_bytes: card.file_bytes,
+                runnable: true,
+            }
+        }
+    }
+}
+
+#[tauri::command]
+pub fn list_conversations(state: State<'_, AppState>, query: String) -> CommandResult<Vec<ConversationSummary>> {
+    with_store(&state, |s| s.conversations(&query))
+}
+
+#[tauri::command]
+pub fn get_conversation(state: State<'_, AppState>, id: i64) -> CommandResult<Conversation> {
+    with_store(&state, |s| s.conversation(id))
+}
+
+#[tauri::command]
+pub fn create_conversation(state: State<'_, AppState>) -> CommandResult<Conversation> {
+    with_store(&state, |s| s.create_conversation())
+}
+
+#[tauri::command]
+pub fn rename_conversation(state: State<'_, AppState>, id: i64, title: String) -> CommandResult<()> {
+    with_store(&state, |s| s.rename_conversation(id, &title))
+}
+
+#[tauri::command]
+pub fn set_system_prompt(state: State<'_, AppState>, id: i64, text: String) -> CommandResult<()> {
+    with_store(&state, |s| s.set_system_prompt(id, &text))
+}
+
+#[tauri::command]
+pub fn delete_conversation(state: State<'_, AppState>, id: i64) -> CommandResult<()> {
+    with_store(&state, |s| s.delete_conversation(id))
+}
+
+#[tauri::command]
+pub fn add_message(
+    state: State<'_, AppState>,
+    conversation_id: i64,
+    role: String,
+    content: String,
+) -> CommandResult<StoredMessage> {
+    with_store(&state, |s| s.add_message(conversation_id, &role, &content, None))
+}
+
+#[tauri::command]
+pub fn truncate_messages(state: State<'_, AppState>, conversation_id: i64, from_message_id: i64) -> CommandResult<()> {
+    with_store(&state, |s| s.truncate(conversation_id, from_message_id))
+}
+
+#[derive(Serialize)]
+pub struct ReplyStarted {
+    request_id: u64,
+    message: StoredMessage,
+}
+
+/// Start the assistant's reply to the conversation as stored; tokens stream over `on_event`.
+#[tauri::command]
+pub fn reply(
+    state: State<'_, AppState>,
+    conversation_id: i64,
+    settings: AppSettings,
+    on_event: Channel<ReplyEvent>,
+) -> CommandResult<ReplyStarted> {
+    settings.k()?;
+    settings.options()?;
+    let conversation = with_store(&state, |s| s.conversation(conversation_id))?;
+    let messages = chat_messages(&conversation);
+    let label = settings.label();
+    let message = with_store(&state, |s| s.add_message(conversation_id, "assistant", "", Some(&label)))?;
+    let request_id = state.engine.reply(ReplyJob { messages, settings, message_id: message.id, events: on_event });
+    Ok(ReplyStarted { request_id, message })
+}
+
+fn chat_messages(conversation: &Conversation) -> Vec<Message> {
+    let system = (!conversation.system_prompt.trim().is_empty())
+        .then(|| Message { role: Role::System, content: conversation.system_prompt.clone() });
+    let turns = conversation.messages.iter().map(|m| Message {
+        role: match m.role.as_str() {
+            "system" => Role::System,
+            "assistant" => Role::Assistant,
+            _ => Role::User,
+        },
+        content: m.content.clone(),
+    });
+    system.into_iter().chain(turns).collect()
+}
+
+#[tauri::command]
+pub fn cancel_reply(state: State<'_, AppState>, request_id: u64) -> bool {
+    state.engine.cancel(request_id)
+}

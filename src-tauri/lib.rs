@@ -1,0 +1,72 @@
+//! The Specula desktop shell: thin Tauri commands over one engine thread (src-tauri/engine.rs)
+//! and the SQLite chat history (crates/store). No decoding logic lives here.
+
+mod commands;
+mod engine;
+mod error;
+mod settings;
+
+use engine::Engine;
+use specula_store::Store;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use tauri::Manager;
+
+pub struct AppState {
+    store: Arc<Mutex<Store>>,
+    engine: Engine,
+}
+
+/// The history lives in the app's data folder; SPECULA_DATA_DIR moves it (tests, portable use).
+fn data_dir(app: &tauri::App) -> Result<PathBuf, Box<dyn std::error::Error>> {
+    match std::env::var_os("SPECULA_DATA_DIR") {
+        Some(dir) => Ok(PathBuf::from(dir)),
+        None => Ok(app.path().app_data_dir()?),
+    }
+}
+
+fn setup(app: &mut tauri::App) -> Result<(), Box<dyn std::error::Error>> {
+    let path = data_dir(app)?.join("specula.db");
+    tracing::info!("chat history: {}", path.display());
+    let store = Arc::new(Mutex::new(Store::open(&path)?));
+    let settings: settings::AppSettings = store.lock().map_err(|_| "history lock")?.setting("settings")?.unwrap_or_default();
+    let engine = Engine::spawn(store.clone());
+    // Load the chosen models in the background; replies queue behind the load.
+    drop(engine.apply(settings));
+    app.manage(AppState { store, engine });
+    Ok(())
+}
+
+pub fn run() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,specula_engine=info,specula_app=info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = tauri::Builder::default()
+        .setup(setup)
+        .invoke_handler(tauri::generate_handler![
+            commands::engine_status,
+            commands::list_models,
+            commands::apply_models,
+            commands::get_settings,
+            commands::save_settings,
+            commands::list_conversations,
+            commands::get_conversation,
+            commands::create_conversation,
+            commands::rename_conversation,
+            commands::set_system_prompt,
+            commands::delete_conversation,
+            commands::add_message,
+            commands::truncate_messages,
+            commands::reply,
+            commands::cancel_reply,
+        ])
+        .run(tauri::generate_context!());
+    if let Err(e) = result {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}

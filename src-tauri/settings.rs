@@ -1,0 +1,124 @@
+//! The user's settings, as the UI edits them and the history database keeps them.
+
+use serde::{Deserialize, Serialize};
+use specula_engine::speculative::KSetting;
+use specula_engine::{DrafterKind, GenerateOptions, Mode, SamplingParams};
+use std::path::PathBuf;
+
+const DEFAULT_TARGET: &str = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf";
+const DEFAULT_DRAFT: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AppSettings {
+    pub target: String,
+    /// The draft model's path; kept when another drafter is chosen, to switch back.
+    pub draft: String,
+    pub drafter: DrafterKind,
+    /// 1 to 16, or "auto".
+    pub k: serde_json::Value,
+    pub mode: Mode,
+    pub temperature: f32,
+    pub top_p: f32,
+    pub top_k: usize,
+    pub seed: u64,
+    pub max_tokens: usize,
+    pub context: usize,
+    pub device: String,
+}
+
+/// Where models are looked for: SPECULA_MODELS_DIR, else the cache scripts/fetch-models.sh fills.
+pub fn models_dir() -> PathBuf {
+    match std::env::var_os("SPECULA_MODELS_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default().join(".cache/specula/models"),
+    }
+}
+
+impl Default for AppSettings {
+    fn default() -> Self {
+        let dir = models_dir();
+        let sampling = SamplingParams::default();
+        Self {
+            target: dir.join(DEFAULT_TARGET).to_string_lossy().into_owned(),
+            draft: dir.join(DEFAULT_DRAFT).to_string_lossy().into_owned(),
+            drafter: DrafterKind::Model,
+            k: "auto".into(),
+            mode: sampling.mode,
+            temperature: sampling.temperature,
+            top_p: sampling.top_p,
+            top_k: sampling.top_k,
+            seed: sampling.seed,
+            max_tokens: 512,
+            context: specula_engine::DEFAULT_CONTEXT,
+            device: "auto".into(),
+        }
+    }
+}
+
+impl AppSettings {
+    pub fn k(&self) -> specula_engine::Result<KSetting> {
+        match &self.k {
+            serde_json::Value::String(s) => s.parse(),
+            other => other.to_string().parse(),
+        }
+    }
+
+    pub fn options(&self) -> specula_engine::Result<GenerateOptions> {
+        let greedy = self.mode == Mode::Greedy;
+        let sampling = SamplingParams {
+            mode: self.mode,
+            temperature: if greedy { 0.0 } else { self.temperature },
+            top_p: self.top_p,
+            top_k: self.top_k,
+            seed: self.seed,
+            ..SamplingParams::default()
+        };
+        sampling.validate()?;
+        Ok(GenerateOptions { max_tokens: self.max_tokens.max(1), sampling, stop: Vec::new() })
+    }
+
+    /// How a reply was made, stored with it: "draft model · k auto · greedy".
+    pub fn label(&self) -> String {
+        let mode = serde_json::to_value(self.mode).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+        let k = match &self.k {
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        match self.drafter {
+            DrafterKind::None => format!("plain · {mode}"),
+            DrafterKind::Lookup => format!("prompt lookup · k {k} · {mode}"),
+            DrafterKind::Model => format!("draft model · k {k} · {mode}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn k_reads_numbers_and_auto_and_refuses_the_rest() {
+        let mut s = AppSettings { k: 4.into(), ..Default::default() };
+        assert_eq!(s.k().unwrap(), KSetting::Fixed(4));
+        s.k = "auto".into();
+        assert_eq!(s.k().unwrap(), KSetting::default());
+        s.k = 40.into();
+        assert!(s.k().is_err());
+    }
+
+    #[test]
+    fn greedy_mode_means_temperature_zero_and_the_label_says_how() {
+        let s = AppSettings { mode: Mode::Greedy, drafter: DrafterKind::Lookup, k: 2.into(), ..Default::default() };
+        assert_eq!(s.options().unwrap().sampling.temperature, 0.0);
+        assert_eq!(s.label(), "prompt lookup · k 2 · greedy");
+    }
+
+    #[test]
+    fn the_ui_shape_round_trips() {
+        let json = r#"{"target":"/m/t.gguf","draft":"","drafter":"none","k":"auto","mode":"sample",
+            "temperature":0.7,"top_p":0.9,"top_k":40,"seed":1,"max_tokens":64,"context":2048,"device":"cpu"}"#;
+        let s: AppSettings = serde_json::from_str(json).unwrap();
+        assert_eq!(s.drafter, DrafterKind::None);
+        assert_eq!(s.label(), "plain · sample");
+    }
+}

@@ -1,0 +1,182 @@
+// The desktop app in its real webview: tauri-driver hands the session to WebKitWebDriver,
+// which drives the built app (target/debug/specula-app) on the real Qwen2.5-Coder pair.
+// Run under a display (xvfb-run). Needs SPECULA_APP (the built app), tauri-driver on PATH or
+// in TAURI_DRIVER, and the models from scripts/fetch-models.sh. Screenshots go to
+// SPECULA_ARTIFACTS (default ui/e2e/artifacts).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from 'node:fs';
+import { homedir, tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { WebDriver } from './webdriver.mjs';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const REAL_MODELS = process.env.SPECULA_MODELS_DIR ?? join(homedir(), '.cache/specula/models');
+const ARTIFACTS = process.env.SPECULA_ARTIFACTS ?? join(here, 'artifacts');
+const PORT = 14444 + Math.floor(Math.random() * 500);
+const TARGET = 'qwen2.5-coder-1.5b-instruct-q4_k_m.gguf';
+const DRAFT = 'qwen2.5-coder-0.5b-instruct-q4_k_m.gguf';
+const SMOLLM = 'SmolLM2-135M-Instruct.Q4_1.gguf';
+
+// A models folder of our own: the real models, and one file that only pretends to be a model.
+const models = mkdtempSync(join(tmpdir(), 'specula-models-'));
+for (const name of [TARGET, DRAFT, SMOLLM]) symlinkSync(join(REAL_MODELS, name), join(models, name));
+writeFileSync(join(models, 'broken.gguf'), 'not a model\n'.repeat(100));
+const data = mkdtempSync(join(tmpdir(), 'specula-data-'));
+
+let driver;
+const wd = new WebDriver(`http://127.0.0.1:${PORT}`);
+
+async function launch() {
+  await wd.start({ 'tauri:options': { application: process.env.SPECULA_APP } });
+  await wd.waitFor("return document.body.dataset.ready === 'true'", { timeout: 120_000, what: 'the app to start' });
+}
+
+before(async () => {
+  assert.ok(process.env.SPECULA_APP, 'set SPECULA_APP to the built app');
+  mkdirSync(ARTIFACTS, { recursive: true });
+  driver = spawn(process.env.TAURI_DRIVER ?? 'tauri-driver', ['--port', String(PORT), '--native-port', String(PORT + 1000)], {
+    stdio: ['ignore', 'inherit', 'inherit'],
+    env: { ...process.env, SPECULA_DATA_DIR: data, SPECULA_MODELS_DIR: models },
+  });
+  for (let i = 0; i < 100; i++) {
+    try {
+      await fetch(`http://127.0.0.1:${PORT}/status`);
+      break;
+    } catch {
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+  await launch();
+});
+
+after(async () => {
+  await wd.quit();
+  driver?.kill();
+});
+
+async function setSettings(values) {
+  await wd.click('#settings-button');
+  await wd.waitFor(
+    "return document.querySelector('#settings-dialog').open && document.querySelector('#settings-form [name=draft]').options.length > 2",
+    { what: 'the settings dialog' },
+  );
+  await wd.execute(
+    `const [values] = arguments;
+     for (const [name, value] of Object.entries(values)) {
+       const field = document.querySelector('#settings-form [name="' + name + '"]');
+       field.value = String(value);
+       field.dispatchEvent(new Event('change'));
+     }
+     document.querySelector('#settings-save').click();`,
+    values,
+  );
+  await wd.waitFor("return !document.querySelector('#settings-dialog').open", { timeout: 180_000, what: 'settings to apply' });
+}
+
+let repliesBefore = 0;
+async function ask(text) {
+  repliesBefore = await wd.execute('return Number(document.body.dataset.replies ?? 0)');
+  await wd.execute("const [text] = arguments; document.querySelector('#prompt').value = text;", text);
+  await wd.click('#send');
+}
+
+async function replyEnds() {
+  await wd.waitFor(`return Number(document.body.dataset.replies ?? 0) > ${repliesBefore}`, { timeout: 300_000, what: 'the reply to end' });
+}
+
+const lastReplyText = (selector) =>
+  wd.execute(`const m = [...document.querySelectorAll('#messages .message.assistant')].pop(); return m.querySelector('${selector}')?.textContent ?? '';`);
+const lastReplySources = () =>
+  wd.execute("const m = [...document.querySelectorAll('#messages .message.assistant')].pop(); return [...m.querySelectorAll('.tok')].map((s) => s.dataset.source);");
+const invoke = (command, args = {}) =>
+  wd.executeAsync(
+    `const [command, args, done] = arguments;
+     window.__TAURI_INTERNALS__.invoke(command, args).then((value) => done({ value }), (failure) => done({ failure }));`,
+    command,
+    args,
+  );
+
+test('a reply streams with provenance classes and the speedup', async () => {
+  await setSettings({ mode: 'greedy', max_tokens: 48, k: 'auto' });
+  await ask('Write a Python function that returns the sum of a list of numbers.');
+  await wd.waitFor("return document.querySelector('#messages .message.assistant.streaming .tok')", { timeout: 180_000, what: 'streamed tokens' });
+  await replyEnds();
+  const sources = await lastReplySources();
+  assert.ok(sources.length >= 10, `tokens rendered: ${sources.length}`);
+  assert.ok(sources.includes('accepted'), `draft tokens accepted: ${[...new Set(sources)]}`);
+  assert.match(await wd.execute("return document.querySelector('[data-figure=speedup]').textContent"), /^\d+\.\d\dx$/);
+  assert.match(await lastReplyText('.reply-summary'), /accepted.*draft model · k auto · greedy/);
+  writeFileSync(join(ARTIFACTS, 'app-light.png'), await wd.screenshot());
+  await wd.click('#theme-toggle');
+  writeFileSync(join(ARTIFACTS, 'app-dark.png'), await wd.screenshot());
+  await wd.click('#theme-toggle');
+});
+
+test('stop ends a reply mid-way', async () => {
+  await setSettings({ max_tokens: 400 });
+  await ask('Write a long essay about the history of computing, from Babbage to today.');
+  await wd.waitFor("return document.querySelectorAll('#messages .message.assistant.streaming .tok').length >= 4", { timeout: 180_000 });
+  await wd.click('#stop');
+  await replyEnds();
+  assert.match(await lastReplyText('.reply-summary'), /stopped/);
+  const n = (await lastReplySources()).length;
+  assert.ok(n >= 4 && n < 400, `kept ${n} streamed tokens`);
+});
+
+test('the next reply uses the k and drafter chosen in settings', async () => {
+  await setSettings({ max_tokens: 24, k: '2', draft: 'lookup' });
+  await ask('Repeat this sentence exactly: the quick brown fox jumps over the lazy dog.');
+  await replyEnds();
+  assert.match(await lastReplyText('.reply-summary'), /prompt lookup · k 2 · greedy/);
+  const id = await wd.execute("return Number(document.querySelector('#conversation-list li.current').dataset.id)");
+  const { value: conversation } = await invoke('get_conversation', { id });
+  const stats = conversation.messages.at(-1).stats.speculative;
+  assert.equal(stats.drafter, 'lookup');
+  assert.ok(stats.k_max <= 2, `k_max ${stats.k_max}`);
+});
+
+test('bad models, bad drafts and long prompts give readable errors and the app keeps working', async () => {
+  const { value: offered } = await invoke('list_models', { target: null });
+  const broken = offered.find((m) => m.path.endsWith('broken.gguf'));
+  assert.equal(broken.runnable, false);
+  assert.match(broken.reason, /not a GGUF model file/);
+  const smol = offered.find((m) => m.path.endsWith(SMOLLM));
+  assert.equal(smol.compatible, false);
+  assert.match(smol.reason, /token \d+ is/);
+  // The settings dialog greys out what cannot draft and says why.
+  await wd.click('#settings-button');
+  await wd.waitFor("return document.querySelector('#settings-form [name=draft]').options.length > 2");
+  assert.equal(await wd.execute(`return [...document.querySelectorAll('#settings-form [name=draft] option')].find((o) => o.value.endsWith('${SMOLLM}')).disabled`), true);
+  assert.match(await wd.execute("return document.querySelector('#draft-note').textContent"), /cannot pair/);
+  await wd.execute("document.querySelector('#settings-cancel').click()");
+
+  const { value: settings } = await invoke('get_settings');
+  const corrupt = await invoke('apply_models', { settings: { ...settings, target: join(models, 'broken.gguf') } });
+  assert.equal(corrupt.failure?.code, 'not_gguf');
+  const mismatched = await invoke('apply_models', { settings: { ...settings, drafter: 'model', draft: join(models, SMOLLM) } });
+  assert.equal(mismatched.failure?.code, 'incompatible_draft');
+  assert.match(mismatched.failure.message, /the draft cannot pair with the target/);
+
+  await ask('word '.repeat(5000));
+  await replyEnds();
+  assert.match(await wd.execute("return document.querySelector('#notice').textContent"), /context/);
+  assert.equal(await wd.execute("return document.querySelector('#prompt').value.length"), 'word '.repeat(5000).trim().length);
+
+  await setSettings({ max_tokens: 8, draft: 'none' });
+  await ask('Say hi.');
+  await replyEnds();
+  const sources = await lastReplySources();
+  assert.ok(sources.length > 0 && sources.every((s) => s === 'target'), `plain tokens after the errors: ${sources}`);
+});
+
+test('after a restart the conversation is there with its colours', async () => {
+  await wd.quit();
+  await launch();
+  const titles = await wd.execute("return [...document.querySelectorAll('#conversation-list li .open')].map((b) => b.textContent)");
+  assert.ok(titles.length >= 1, 'conversations listed');
+  await wd.execute("[...document.querySelectorAll('#conversation-list li .open')].pop().click()");
+  await wd.waitFor("return document.querySelectorAll('#messages .tok.src-accepted').length > 0", { what: 'coloured tokens after restart' });
+});

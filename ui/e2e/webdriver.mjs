@@ -1,0 +1,75 @@
+// A small W3C WebDriver client over fetch: enough to drive the Tauri app through tauri-driver
+// (which hands the session to WebKitWebDriver) without a browser-automation framework.
+
+export class WebDriver {
+  constructor(base) {
+    this.base = base;
+    this.session = null;
+  }
+
+  async request(method, path, body) {
+    const url = this.session && !path.startsWith('/session') ? `${this.base}/session/${this.session}${path}` : `${this.base}${path}`;
+    const response = await fetch(url, {
+      method,
+      headers: { 'content-type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const json = await response.json();
+    if (!response.ok || json.value?.error) {
+      throw new Error(`${method} ${path}: ${JSON.stringify(json.value ?? response.status)}`);
+    }
+    return json.value;
+  }
+
+  async start(capabilities) {
+    const value = await this.request('POST', '/session', { capabilities: { alwaysMatch: capabilities } });
+    this.session = value.sessionId;
+  }
+
+  async quit() {
+    if (!this.session) return;
+    const id = this.session;
+    this.session = null;
+    await this.request('DELETE', `/session/${id}`).catch(() => {});
+  }
+
+  /** Run `body` (the text of a function body) in the page; `arguments` are `args`. */
+  execute(body, ...args) {
+    return this.request('POST', '/execute/sync', { script: body, args });
+  }
+
+  /** Run async code: `body` gets `done` as its last argument. */
+  executeAsync(body, ...args) {
+    return this.request('POST', '/execute/async', { script: body, args });
+  }
+
+  async find(css) {
+    const value = await this.request('POST', '/element', { using: 'css selector', value: css });
+    return Object.values(value)[0];
+  }
+
+  async click(css) {
+    await this.request('POST', `/element/${await this.find(css)}/click`, {});
+  }
+
+  async type(css, text) {
+    const id = await this.find(css);
+    await this.request('POST', `/element/${id}/clear`, {});
+    await this.request('POST', `/element/${id}/value`, { text });
+  }
+
+  async screenshot() {
+    return Buffer.from(await this.request('GET', '/screenshot'), 'base64');
+  }
+
+  /** Poll `body` (a function body returning a value) until it is truthy. */
+  async waitFor(body, { timeout = 60_000, what = body } = {}) {
+    const end = Date.now() + timeout;
+    for (;;) {
+      const value = await this.execute(body).catch(() => undefined);
+      if (value) return value;
+      if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  }
+}
