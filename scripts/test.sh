@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Every test, from a fresh machine: fetch the real models (cached under ~/.cache), then
-# formatting, lints, the Rust unit and integration tests, the server's tests with the
-# official OpenAI client (Node.js), the web UI's unit tests (vitest) and its chat flow in
-# headless chromium against `specula serve --ui`. Debian packages: see .ci/run.
+# Every test, from a fresh machine: system packages and tauri-driver (scripts/install-deps.sh),
+# the real models (cached under ~/.cache), then formatting, lints, the Rust unit and
+# integration tests, the server's tests with the official OpenAI client (Node.js), the web
+# UI's unit tests (vitest), its chat flow in headless chromium against `specula serve --ui`,
+# and the desktop app in its real webview (tauri-driver + WebKitWebDriver under Xvfb).
+# Screenshots land in ui/e2e/artifacts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
 
+scripts/install-deps.sh
 scripts/fetch-models.sh all
 
 # The web UI first: the desktop app embeds ui/dist when it compiles.
@@ -18,6 +21,8 @@ cargo clippy --workspace --all-targets -- -D warnings
 # test use both cores.
 cargo test --workspace -- --test-threads=1
 
-cargo build -p specula-cli
+cargo build -p specula-cli -p specula-app
 (cd tests/server && npm ci --no-audit --no-fund && SPECULA_BIN="$target_dir/debug/specula" npm test)
 (cd ui && SPECULA_BIN="$target_dir/debug/specula" npm run e2e)
+(cd ui && SPECULA_APP="$target_dir/debug/specula-app" TAURI_DRIVER="$HOME/.cache/specula/tools/bin/tauri-driver" \
+    xvfb-run -a node --test e2e/app.test.mjs)

@@ -164,9 +164,10 @@ impl Worker {
 
     /// Bring the loaded models in line with the settings. A failed load keeps what was loaded.
     fn apply(&mut self, s: &AppSettings) -> Result<(), ErrorDto> {
-        let same_target = self.loaded.as_ref().is_some_and(|l| {
-            l.target == s.target && l.context == s.context && l.device_spec == s.device
-        });
+        let same_target = self
+            .loaded
+            .as_ref()
+            .is_some_and(|l| l.target == s.target && l.context == s.context && l.device_spec == s.device);
         if !same_target {
             let device = device::select(&s.device)?;
             tracing::info!("loading target {}", s.target);
@@ -216,11 +217,7 @@ impl Worker {
         let _ = job.events.send(event);
     }
 
-    fn generate(
-        &mut self,
-        job: &ReplyJob,
-        sink: &mut ReplySink<'_>,
-    ) -> Result<specula_engine::Generation, ErrorDto> {
+    fn generate(&mut self, job: &ReplyJob, sink: &mut ReplySink<'_>) -> Result<specula_engine::Generation, ErrorDto> {
         let applied = self.apply(&job.settings);
         self.publish(applied.as_ref().err().cloned());
         applied?;

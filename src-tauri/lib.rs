@@ -29,7 +29,8 @@ fn setup(app: &mut tauri::App) -> Result<(), Box<dyn std::error::Error>> {
     let path = data_dir(app)?.join("specula.db");
     tracing::info!("chat history: {}", path.display());
     let store = Arc::new(Mutex::new(Store::open(&path)?));
-    let settings: settings::AppSettings = store.lock().map_err(|_| "history lock")?.setting("settings")?.unwrap_or_default();
+    let settings: settings::AppSettings =
+        store.lock().map_err(|_| "history lock")?.setting("settings")?.unwrap_or_default();
     let engine = Engine::spawn(store.clone());
     // Load the chosen models in the background; replies queue behind the load.
     drop(engine.apply(settings));

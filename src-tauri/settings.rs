@@ -79,7 +79,8 @@ impl AppSettings {
 
     /// How a reply was made, stored with it: "draft model · k auto · greedy".
     pub fn label(&self) -> String {
-        let mode = serde_json::to_value(self.mode).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+        let mode =
+            serde_json::to_value(self.mode).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
         let k = match &self.k {
             serde_json::Value::String(s) => s.clone(),
             other => other.to_string(),

@@ -396,7 +396,10 @@ mod tests {
         assert_eq!(stored.content, "fn main()");
         assert_eq!(stored.finish_reason, None);
         let tokens = stored.tokens.as_ref().unwrap();
-        assert_eq!(tokens.iter().map(|t| t.source).collect::<Vec<_>>(), [Source::Accepted, Source::Resampled, Source::Bonus]);
+        assert_eq!(
+            tokens.iter().map(|t| t.source).collect::<Vec<_>>(),
+            [Source::Accepted, Source::Resampled, Source::Bonus]
+        );
         assert_eq!(tokens[1].q, Some(0.1));
         assert_eq!(tokens[2].p, None);
     }
