@@ -5,8 +5,9 @@
 
 use candle_core::{Device, Tensor};
 use specula_engine::models::decoder::{Decoder, DecoderConfig, RopeStyle};
+use specula_engine::sampling::Sampler;
 use specula_engine::speculative::{
-    accept_sampled, generate_speculative, CostModel, DraftModel, KSetting, Outcome, SpeculativeOptions,
+    accept_sampled, generate_speculative, CostModel, DraftModel, Drafter, KSetting, Outcome, SpeculativeOptions,
 };
 use specula_engine::{CachedModel, GenerateOptions, Mode, NullSink, SamplingParams, Source, Tokenizer};
 use statrs::distribution::{ChiSquared, ContinuousCDF};
@@ -212,4 +213,28 @@ fn the_test_rejects_a_verifier_that_accepts_everything() {
     let broken = SpeculativeOptions { k: KSetting::Fixed(2), sampled_accept: always_accept };
     let (p, _) = speculative_p_value(sample_params(1.0), broken);
     assert!(p < 0.001, "a broken verifier passed: p = {p}");
+}
+
+/// After steps without drafting, the draft cache catches up outside the timed draft, to within
+/// the two tokens a normal step feeds, and what it then proposes is what it would have
+/// proposed catching up lazily.
+#[test]
+fn a_draft_catches_up_on_plain_steps_without_changing_its_proposals() {
+    let context: Vec<u32> = vec![3, 7, 1, 4, 1, 5, 9, 2, 6, 5, 3];
+    let params = SamplingParams { mode: Mode::Greedy, temperature: 0.0, ..SamplingParams::default() };
+    let mut caught_up = DraftModel::new(tiny_model(2, 0.5));
+    let mut lazy = DraftModel::new(tiny_model(2, 0.5));
+    for draft in [&mut caught_up, &mut lazy] {
+        draft.prefill(&context[..3]).unwrap();
+    }
+    caught_up.catch_up(&context).unwrap();
+    assert_eq!(caught_up.cached_len(), context.len() - 2);
+    caught_up.catch_up(&context).unwrap();
+    assert_eq!(caught_up.cached_len(), context.len() - 2, "nothing more to catch up");
+    let propose = |d: &mut DraftModel| {
+        let tokens: Vec<u32> =
+            d.propose(&context, 3, &mut Sampler::new(params.clone()), 0).unwrap().iter().map(|x| x.token).collect();
+        tokens
+    };
+    assert_eq!(propose(&mut caught_up), propose(&mut lazy));
 }

@@ -47,6 +47,12 @@ pub trait Drafter {
     fn prefill(&mut self, context: &[u32]) -> Result<()>;
     /// Up to `k` tokens continuing `context`; the first is at reply `position`.
     fn propose(&mut self, context: &[u32], k: usize, sampler: &mut Sampler, position: usize) -> Result<Vec<Draft>>;
+    /// Feed what a cache missed while steps went without drafting, leaving only what a normal
+    /// step feeds to `propose`. The loop times it apart: a one-off catch-up is not the price
+    /// of a draft, and counting it as one made auto k shun a draft it had just paused.
+    fn catch_up(&mut self, _context: &[u32]) -> Result<()> {
+        Ok(())
+    }
     /// Only the first `n_past` tokens of the context are still valid.
     fn rollback(&mut self, n_past: usize);
     /// Positions held in the drafter's cache, if it has one.
@@ -54,6 +60,10 @@ pub trait Drafter {
         0
     }
 }
+
+/// Tokens a draft cache may lack at a normal step: the last draft, when every draft was
+/// accepted, and the token the target added.
+const LAZY_TOKENS: usize = 2;
 
 /// A smaller model of the same vocabulary as the target.
 pub struct DraftModel {
@@ -92,6 +102,16 @@ impl Drafter for DraftModel {
             drafts.push(Draft { token: choice.token, probs: choice.probs });
         }
         Ok(drafts)
+    }
+
+    fn catch_up(&mut self, context: &[u32]) -> Result<()> {
+        // A normal step lacks at most the last draft and the newest token, which `propose`
+        // feeds in one pass with its first draft; anything older is a backlog.
+        let normal = context.len().saturating_sub(LAZY_TOKENS);
+        if self.model.len() < normal {
+            self.model.prefill(&context[..normal])?;
+        }
+        Ok(())
     }
 
     fn rollback(&mut self, n_past: usize) {

@@ -106,7 +106,12 @@ pub fn generate_speculative(
         let budget = options.max_tokens.saturating_sub(reply.position());
         let k = costs.next_k(spec.k).min(room - 1).min(budget.saturating_sub(1));
 
-        // 1. draft
+        // 1. draft (after catching the drafter up on steps taken without it, timed apart)
+        let t = Instant::now();
+        if k > 0 {
+            drafter.catch_up(&reply.context)?;
+        }
+        let catch_up_ms = ms(t.elapsed());
         let t = Instant::now();
         let drafts =
             if k > 0 { drafter.propose(&reply.context, k, &mut sampler, reply.position())? } else { Vec::new() };
@@ -144,7 +149,7 @@ pub fn generate_speculative(
 
         costs.record_verify(input.len(), verify_ms);
         costs.record_draft(k, outcome.accepted, draft_ms);
-        totals.record(k, outcome.accepted, draft_ms, verify_ms);
+        totals.record(k, outcome.accepted, catch_up_ms + draft_ms, verify_ms);
         let step = step_event(&reply, costs, &totals, k, outcome.accepted);
         reply.step(&step);
     }
