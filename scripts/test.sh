@@ -17,11 +17,13 @@ scripts/fetch-models.sh all
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+# One build for the test binaries and the binaries the end-to-end tests drive (built
+# apart, they would unify features differently and compile half the tree twice).
+cargo build --workspace --bins --tests
 # Integration tests run real models; one test at a time keeps memory low and lets each
 # test use both cores.
 cargo test --workspace -- --test-threads=1
 
-cargo build -p specula-cli -p specula-app
 (cd tests/server && npm ci --no-audit --no-fund && SPECULA_BIN="$target_dir/debug/specula" npm test)
 (cd ui && SPECULA_BIN="$target_dir/debug/specula" npm run e2e)
 (cd ui && SPECULA_APP="$target_dir/debug/specula-app" TAURI_DRIVER="$HOME/.cache/specula/tools/bin/tauri-driver" \
