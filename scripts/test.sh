@@ -27,4 +27,4 @@ cargo test --workspace -- --test-threads=1
 (cd tests/server && npm ci --no-audit --no-fund && SPECULA_BIN="$target_dir/debug/specula" npm test)
 (cd ui && SPECULA_BIN="$target_dir/debug/specula" npm run e2e)
 (cd ui && SPECULA_APP="$target_dir/debug/specula-app" TAURI_DRIVER="$HOME/.cache/specula/tools/bin/tauri-driver" \
-    xvfb-run -a node --test e2e/app.test.mjs)
+    xvfb-run -a node --test e2e/app.test.mjs e2e/app-memory.test.mjs)
