@@ -3,6 +3,7 @@
 import './style.css';
 import { type Backend, connect } from './api/backend';
 import type { ChatMessage, Conversation, ModelEntry, ReplyEvent, ReplyHandle, Settings, StepEvent } from './api/types';
+import { applyEvent } from './api/events';
 import { toBackendError } from './api/types';
 import { renderMarkdown } from './render/markdown';
 import { liveFigures, sparkline, summarize } from './render/speed';
@@ -236,14 +237,12 @@ async function streamReply(conversationId: number): Promise<void> {
     ui.messages.scrollTop = ui.messages.scrollHeight;
   };
   const onEvent = (event: ReplyEvent) => {
+    applyEvent(message, event);
     if (event.kind === 'token') {
-      message.tokens?.push(event.token);
-      message.content += event.token.text;
       frame ||= requestAnimationFrame(paint);
     } else if (event.kind === 'step') {
       showStep(event.step);
     } else if (event.kind === 'done') {
-      message.stats = event.stats;
       ui.summary.textContent = summarize(event.stats, state.settings.k);
     } else if (event.kind === 'error') {
       showNotice(event.error);

@@ -3,6 +3,7 @@
 // conversations live in the browser's own storage.
 
 import type { Backend } from './backend';
+import { applyEvent } from './events';
 import { LocalConversations } from './local';
 import { replyLabel } from './label';
 import {
@@ -172,25 +173,6 @@ export class HttpBackend implements Backend {
       return reply;
     })();
     return { cancel: async () => abort.abort(), done };
-  }
-}
-
-/** Fold one event into the stored reply. Shared by both transports' tests and the app. */
-export function applyEvent(reply: ChatMessage, event: ReplyEvent): void {
-  switch (event.kind) {
-    case 'token':
-      (reply.tokens ??= []).push(event.token);
-      reply.content += event.token.text;
-      break;
-    case 'done':
-      reply.stats = event.stats;
-      reply.finish_reason = event.finish_reason;
-      break;
-    case 'error':
-      reply.finish_reason = 'error';
-      break;
-    default:
-      break;
   }
 }
 

@@ -3,7 +3,7 @@
 
 import { Channel, invoke } from '@tauri-apps/api/core';
 import type { Backend } from './backend';
-import { applyEvent } from './http';
+import { applyEvent } from './events';
 import type {
   ChatMessage,
   Conversation,
