@@ -147,11 +147,17 @@ test('bad models, bad drafts and long prompts give readable errors and the app k
   assert.equal(smol.compatible, false);
   assert.match(smol.reason, /token \d+ is/);
   // The settings dialog greys out what cannot draft and says why.
+  // Wait for the dialog itself: its draft options may still be there from the last opening
+  // while this one is still listing models, and a cancel before it opens would leave it open.
   await wd.click('#settings-button');
-  await wd.waitFor("return document.querySelector('#settings-form [name=draft]').options.length > 2");
+  await wd.waitFor(
+    "return document.querySelector('#settings-dialog').open && document.querySelector('#settings-form [name=draft]').options.length > 2",
+    { what: 'the settings dialog' },
+  );
   assert.equal(await wd.execute(`return [...document.querySelectorAll('#settings-form [name=draft] option')].find((o) => o.value.endsWith('${SMOLLM}')).disabled`), true);
   assert.match(await wd.execute("return document.querySelector('#draft-note').textContent"), /cannot pair/);
   await wd.execute("document.querySelector('#settings-cancel').click()");
+  await wd.waitFor("return !document.querySelector('#settings-dialog').open", { what: 'the settings dialog to close' });
 
   const { value: settings } = await invoke('get_settings');
   const corrupt = await invoke('apply_models', { settings: { ...settings, target: join(models, 'broken.gguf') } });
