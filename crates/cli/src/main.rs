@@ -29,6 +29,27 @@ enum Command {
     Bench(bench::BenchArgs),
     /// An OpenAI-compatible HTTP server (and the web UI with --ui).
     Serve(run::ServeArgs),
+    /// Whether two models can pair as target and draft, and if not, exactly why.
+    Doctor(DoctorArgs),
+}
+
+#[derive(Args)]
+struct DoctorArgs {
+    target: PathBuf,
+    draft: PathBuf,
+    /// Print the diagnosis as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Exit status 0 when the pair can pair, 1 when it cannot, 2 on an error.
+fn doctor(args: DoctorArgs) -> Result<ExitCode, String> {
+    let diagnosis = specula_engine::doctor::diagnose(&args.target, &args.draft).map_err(|e| e.to_string())?;
+    match args.json {
+        true => println!("{}", serde_json::to_string_pretty(&diagnosis).map_err(|e| e.to_string())?),
+        false => print!("{diagnosis}"),
+    }
+    Ok(if diagnosis.compatible { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
 /// Model, draft and device options shared by the commands that decode.
@@ -104,14 +125,15 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Generate(args) => run::generate(args),
-        Command::Chat(args) => run::chat(args),
-        Command::Tokenize(args) => run::tokenize(args),
-        Command::Bench(args) => bench::bench(args),
-        Command::Serve(args) => run::serve(args),
+        Command::Generate(args) => run::generate(args).map(|()| ExitCode::SUCCESS),
+        Command::Chat(args) => run::chat(args).map(|()| ExitCode::SUCCESS),
+        Command::Tokenize(args) => run::tokenize(args).map(|()| ExitCode::SUCCESS),
+        Command::Bench(args) => bench::bench(args).map(|()| ExitCode::SUCCESS),
+        Command::Serve(args) => run::serve(args).map(|()| ExitCode::SUCCESS),
+        Command::Doctor(args) => doctor(args),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(message) => {
             eprintln!("error: {message}");
             ExitCode::from(2)

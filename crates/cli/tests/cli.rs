@@ -68,10 +68,26 @@ fn a_truncated_gguf_is_a_clear_error_wherever_it_is_cut() {
     }
 }
 
+/// A well-formed GGUF file of an architecture we do not run (a state-space model).
+fn foreign_architecture_gguf(dir: &std::path::Path) -> PathBuf {
+    use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
+    let path = dir.join("mamba.gguf");
+    let weight = QTensor::quantize(
+        &candle_core::Tensor::zeros((4, 32), candle_core::DType::F32, &candle_core::Device::Cpu).unwrap(),
+        GgmlDType::F32,
+    )
+    .unwrap();
+    let arch = gguf_file::Value::String("mamba".into());
+    let mut file = std::fs::File::create(&path).unwrap();
+    gguf_file::write(&mut file, &[("general.architecture", &arch)], &[("token_embd.weight", &weight)]).unwrap();
+    path
+}
+
 #[test]
 fn an_unsupported_architecture_is_a_clear_error() {
-    let gemma = model("gemma-3-270m-q4_k_m.gguf");
-    assert_clear_error(&generate(gemma.to_str().unwrap(), &[]), "unsupported model architecture `gemma3`");
+    let dir = tempfile::tempdir().unwrap();
+    let mamba = foreign_architecture_gguf(dir.path());
+    assert_clear_error(&generate(mamba.to_str().unwrap(), &[]), "unsupported model architecture `mamba`");
 }
 
 #[test]
@@ -155,4 +171,21 @@ fn tokenize_prints_ids_as_json() {
         .unwrap();
     let expected: Vec<u32> = case["ids"].as_array().unwrap().iter().map(|i| i.as_u64().unwrap() as u32).collect();
     assert_eq!(ids, expected);
+}
+
+#[test]
+fn doctor_says_whether_a_pair_can_pair() {
+    let target = model("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf");
+    let good = specula(&[
+        "doctor",
+        target.to_str().unwrap(),
+        model("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf").to_str().unwrap(),
+    ]);
+    assert_eq!(good.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&good.stdout).contains("they can pair"));
+    let bad =
+        specula(&["doctor", target.to_str().unwrap(), model("SmolLM2-135M-Instruct.Q4_1.gguf").to_str().unwrap()]);
+    assert_eq!(bad.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&bad.stdout);
+    assert!(text.contains("they cannot pair") && text.contains("suggestion: Qwen2.5-Coder-0.5B-Instruct"), "{text}");
 }

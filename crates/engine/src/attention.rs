@@ -11,19 +11,33 @@ use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape, Tensor, D};
 use rayon::prelude::*;
 
 /// `q`: `[n_head, n, head_dim]` for positions `pos .. pos + n`, whose keys and values are
-/// already in `cache`. Returns `[n, n_head * head_dim]`.
-pub fn causal_attention(q: &Tensor, cache: &KvCache, pos: usize) -> Result<Tensor> {
+/// already in `cache`. With a sliding `window`, position p sees only the `window` positions
+/// ending at p (llama.cpp's standard SWA). Returns `[n, n_head * head_dim]`.
+pub fn causal_attention(q: &Tensor, cache: &KvCache, pos: usize, window: Option<usize>) -> Result<Tensor> {
     let (k, v) = cache.buffers();
+    let window = window.unwrap_or(usize::MAX);
     if q.device().is_cpu() {
-        let op = RowExactAttention { pos, kv_len: cache.len() };
+        let op = RowExactAttention { pos, kv_len: cache.len(), window };
         Ok(q.contiguous()?.apply_op3_no_bwd(k, v, &op)?)
     } else {
-        tensor_attention(q, k, v, pos, cache.len())
+        tensor_attention(q, k, v, pos, cache.len(), window)
     }
 }
 
+/// The first position that query position `p` attends to.
+fn window_start(p: usize, window: usize) -> usize {
+    (p + 1).saturating_sub(window)
+}
+
 /// The same computation in candle's tensor ops, for devices without the custom op.
-pub fn tensor_attention(q: &Tensor, k: &Tensor, v: &Tensor, pos: usize, kv_len: usize) -> Result<Tensor> {
+pub fn tensor_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    pos: usize,
+    kv_len: usize,
+    window: usize,
+) -> Result<Tensor> {
     let (n_head, n, head_dim) = q.dims3()?;
     let n_kv_head = k.dims()[0];
     let group = n_head / n_kv_head;
@@ -35,8 +49,9 @@ pub fn tensor_attention(q: &Tensor, k: &Tensor, v: &Tensor, pos: usize, kv_len: 
     let (k, v) = (repeat(k)?, repeat(v)?);
     let scale = 1.0 / (head_dim as f64).sqrt();
     let scores = (q.contiguous()?.matmul(&k.t()?)? * scale)?;
+    let visible = |i: usize, j: usize| j <= pos + i && j >= window_start(pos + i, window);
     let mask: Vec<f32> =
-        (0..n).flat_map(|i| (0..kv_len).map(move |j| if j > pos + i { f32::NEG_INFINITY } else { 0.0 })).collect();
+        (0..n).flat_map(|i| (0..kv_len).map(move |j| if visible(i, j) { 0.0 } else { f32::NEG_INFINITY })).collect();
     let mask = Tensor::from_vec(mask, (1, n, kv_len), q.device())?.to_dtype(DType::F32)?;
     let probs = candle_nn::ops::softmax(&scores.broadcast_add(&mask)?, D::Minus1)?;
     let out = probs.matmul(&v.contiguous()?)?; // [n_head, n, d]
@@ -46,6 +61,7 @@ pub fn tensor_attention(q: &Tensor, k: &Tensor, v: &Tensor, pos: usize, kv_len: 
 struct RowExactAttention {
     pos: usize,
     kv_len: usize,
+    window: usize,
 }
 
 impl CustomOp3 for RowExactAttention {
@@ -78,9 +94,11 @@ impl CustomOp3 for RowExactAttention {
             let (i, h) = (idx / n_head, idx % n_head);
             let kv_head = h / group;
             let query = &q[(h * n + i) * head_dim..][..head_dim];
-            let keys = &k[kv_head * capacity * head_dim..];
-            let values = &v[kv_head * capacity * head_dim..];
-            attend_one(query, keys, values, self.pos + i + 1, scale, dst);
+            let p = self.pos + i;
+            let start = window_start(p, self.window);
+            let keys = &k[(kv_head * capacity + start) * head_dim..];
+            let values = &v[(kv_head * capacity + start) * head_dim..];
+            attend_one(query, keys, values, p + 1 - start, scale, dst);
         });
         Ok((CpuStorage::F32(out), Shape::from((n, n_head * head_dim))))
     }
@@ -147,24 +165,43 @@ mod tests {
     fn custom_op_matches_tensor_ops() {
         let cache = filled_cache(9);
         let q = random((4, 3, 8), 3); // positions 6, 7, 8
-        let ours: Vec<f32> = causal_attention(&q, &cache, 6).unwrap().flatten_all().unwrap().to_vec1().unwrap();
-        let (k, v) = cache.buffers();
-        let theirs: Vec<f32> = tensor_attention(&q, k, v, 6, 9).unwrap().flatten_all().unwrap().to_vec1().unwrap();
-        for (a, b) in ours.iter().zip(&theirs) {
-            assert!((a - b).abs() < 1e-5, "{a} vs {b}");
+        for window in [None, Some(1), Some(3), Some(100)] {
+            let ours: Vec<f32> =
+                causal_attention(&q, &cache, 6, window).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+            let (k, v) = cache.buffers();
+            let theirs: Vec<f32> = tensor_attention(&q, k, v, 6, 9, window.unwrap_or(usize::MAX))
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .to_vec1()
+                .unwrap();
+            for (a, b) in ours.iter().zip(&theirs) {
+                assert!((a - b).abs() < 1e-5, "window {window:?}: {a} vs {b}");
+            }
         }
+    }
+
+    #[test]
+    fn a_window_of_one_sees_only_its_own_position() {
+        let mut cache = KvCache::new(1, 4, 8, &Device::Cpu).unwrap();
+        let v = random((1, 3, 8), 8);
+        cache.append(&random((1, 3, 8), 9), &v).unwrap();
+        let out: Vec<Vec<f32>> =
+            causal_attention(&random((1, 3, 8), 10), &cache, 0, Some(1)).unwrap().to_vec2().unwrap();
+        let v: Vec<Vec<f32>> = v.squeeze(0).unwrap().to_vec2().unwrap();
+        assert_eq!(out, v);
     }
 
     #[test]
     fn a_row_is_the_same_alone_or_in_a_batch() {
         let cache = filled_cache(9);
         let q = random((4, 3, 8), 4);
-        let batched: Vec<Vec<f32>> = causal_attention(&q, &cache, 6).unwrap().to_vec2().unwrap();
+        let batched: Vec<Vec<f32>> = causal_attention(&q, &cache, 6, None).unwrap().to_vec2().unwrap();
         for (i, expected) in batched.iter().enumerate() {
             let mut alone = filled_cache(9);
             alone.truncate(7 + i);
             let qi = q.narrow(1, i, 1).unwrap();
-            let row: Vec<Vec<f32>> = causal_attention(&qi, &alone, 6 + i).unwrap().to_vec2().unwrap();
+            let row: Vec<Vec<f32>> = causal_attention(&qi, &alone, 6 + i, None).unwrap().to_vec2().unwrap();
             assert_eq!(&row[0], expected);
         }
     }
@@ -175,7 +212,7 @@ mod tests {
         let v = random((1, 1, 8), 5);
         cache.append(&random((1, 1, 8), 6), &v).unwrap();
         let out: Vec<f32> =
-            causal_attention(&random((2, 1, 8), 7), &cache, 0).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+            causal_attention(&random((2, 1, 8), 7), &cache, 0, None).unwrap().flatten_all().unwrap().to_vec1().unwrap();
         let v: Vec<f32> = v.flatten_all().unwrap().to_vec1().unwrap();
         assert_eq!(&out[..8], &v[..]);
         assert_eq!(&out[8..], &v[..]);

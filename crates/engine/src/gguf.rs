@@ -91,6 +91,20 @@ impl GgufFile {
         value.to_bool().map_err(|_| Error::BadMetadata(format!("`{key}` is not a boolean")))
     }
 
+    pub fn f32_array(&self, key: &str) -> Result<Vec<f32>> {
+        let values = self.value(key)?.to_vec().map_err(|_| Error::BadMetadata(format!("`{key}` is not an array")))?;
+        values.iter().map(|v| v.to_f32().map_err(|_| Error::BadMetadata(format!("`{key}` holds a non-f32")))).collect()
+    }
+
+    pub fn i32_array(&self, key: &str) -> Result<Vec<i32>> {
+        let values = self.value(key)?.to_vec().map_err(|_| Error::BadMetadata(format!("`{key}` is not an array")))?;
+        values
+            .iter()
+            .map(|v| v.to_i32().or_else(|_| v.to_u32().map(|u| u as i32)))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|_| Error::BadMetadata(format!("`{key}` holds a non-integer")))
+    }
+
     pub fn string_array(&self, key: &str) -> Result<Vec<String>> {
         let values = self.value(key)?.to_vec().map_err(|_| Error::BadMetadata(format!("`{key}` is not an array")))?;
         values

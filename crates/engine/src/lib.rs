@@ -9,8 +9,10 @@
 //! [`TokenSink`], and a sink that answers [`Flow::Stop`] cancels the generation.
 
 pub mod attention;
+pub mod catalogue;
 pub mod chat;
 pub mod device;
+pub mod doctor;
 pub mod error;
 pub mod generate;
 pub mod gguf;

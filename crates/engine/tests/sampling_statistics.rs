@@ -29,6 +29,7 @@ fn config() -> DecoderConfig {
         rope_base: 10_000.0,
         rope_style: RopeStyle::Neox,
         trained_context: 64,
+        quirks: Default::default(),
     }
 }
 

@@ -1,7 +1,9 @@
 //! The pre-norm decoder-only transformer shared by the Llama family (Llama, Mistral,
-//! SmolLM2, TinyLlama) and Qwen2: RMSNorm, rotary embeddings, grouped-query attention and a
-//! SwiGLU MLP. Each architecture file reads its hyperparameters and quirks (rotary layout,
-//! attention biases) into a [`DecoderConfig`]; the tensor names are llama.cpp's.
+//! SmolLM2, TinyLlama), Qwen2, Qwen3 and Gemma 3: RMSNorm, rotary embeddings, grouped-query
+//! attention and a gated MLP. Each architecture file reads its hyperparameters and quirks
+//! (rotary layout, activation, sliding windows) into a [`DecoderConfig`]. Optional tensors
+//! switch on the rest: attention biases (Qwen2), per-head q/k norms (Qwen3, Gemma 3), and
+//! norms after attention and MLP (Gemma 3). The tensor names are llama.cpp's.
 //!
 //! Unlike candle-transformers' quantized models, `forward` scores every new position and the
 //! KV cache rolls back, which is what speculative verification needs.
@@ -24,6 +26,36 @@ pub enum RopeStyle {
     Interleaved,
 }
 
+/// The MLP's gate activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Activation {
+    /// SwiGLU: Llama, Qwen.
+    #[default]
+    Silu,
+    /// GeGLU with the tanh approximation: Gemma.
+    GeluTanh,
+}
+
+/// Local attention on most layers (Gemma 3): a layer attends to the last `size` positions,
+/// with its own rotary base, except every `global_every`-th layer, which sees everything.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SlidingWindow {
+    pub size: usize,
+    pub global_every: usize,
+    pub rope_base: f32,
+}
+
+/// What sets an architecture apart from Llama, beyond its tensors.
+#[derive(Debug, Clone, Default)]
+pub struct Quirks {
+    pub activation: Activation,
+    /// Multiplies the token embeddings (Gemma: sqrt(hidden)).
+    pub embed_scale: Option<f32>,
+    pub sliding_window: Option<SlidingWindow>,
+    /// Linear rotary scaling of the global layers: positions are divided by it.
+    pub rope_scale: Option<f32>,
+}
+
 #[derive(Debug, Clone)]
 pub struct DecoderConfig {
     pub n_layer: usize,
@@ -36,10 +68,33 @@ pub struct DecoderConfig {
     pub rope_style: RopeStyle,
     /// Positions the model was trained on.
     pub trained_context: usize,
+    pub quirks: Quirks,
+}
+
+impl DecoderConfig {
+    /// The window layer `i` attends over, if it is a local layer.
+    fn window(&self, layer: usize) -> Option<SlidingWindow> {
+        self.quirks.sliding_window.filter(|w| w.global_every == 0 || (layer + 1) % w.global_every != 0)
+    }
+}
+
+/// Rotary tables `[capacity, head_dim / 2]`.
+struct Rotary {
+    cos: Tensor,
+    sin: Tensor,
 }
 
 struct Layer {
     attn_norm: Tensor,
+    /// Per-head RMSNorm of queries and keys before rotation (Qwen3, Gemma 3).
+    q_norm: Option<Tensor>,
+    k_norm: Option<Tensor>,
+    /// Norms of the attention and MLP outputs before the residual add (Gemma 3).
+    post_attn_norm: Option<Tensor>,
+    post_ffn_norm: Option<Tensor>,
+    window: Option<usize>,
+    /// Index into the decoder's rotary tables: 0 global, 1 local.
+    rotary: usize,
     q: QLinear,
     k: QLinear,
     v: QLinear,
@@ -58,10 +113,8 @@ pub struct Decoder {
     layers: Vec<Layer>,
     norm: Tensor,
     lm_head: QLinear,
-    /// `[capacity, rope_dim / 2]`
-    cos: Tensor,
-    /// `[capacity, rope_dim / 2]`
-    sin: Tensor,
+    /// The global layers' tables, then the local layers' when their base differs.
+    rotary: Vec<Rotary>,
     caches: Vec<KvCache>,
     vocab_size: usize,
 }
@@ -81,14 +134,18 @@ impl Decoder {
             // Tied embeddings: the lm_head shares the table.
             false => QLinear::from_arc(embed.clone(), None)?,
         };
-        let layers = (0..config.n_layer)
-            .map(|i| Layer::load(weights, &format!("blk.{i}"), device))
-            .collect::<Result<Vec<_>>>()?;
+        let layers =
+            (0..config.n_layer).map(|i| Layer::load(weights, i, &config, device)).collect::<Result<Vec<_>>>()?;
         let rope_freqs = match weights.has("rope_freqs.weight") {
             true => Some(weights.dense("rope_freqs.weight", device)?.to_vec1::<f32>()?),
             false => None,
         };
-        let (cos, sin) = rotary_tables(&config, rope_freqs.as_deref(), capacity, device)?;
+        let scale = config.quirks.rope_scale.unwrap_or(1.0);
+        let mut rotary =
+            vec![rotary_tables(&config, config.rope_base, scale, rope_freqs.as_deref(), capacity, device)?];
+        if let Some(window) = config.quirks.sliding_window {
+            rotary.push(rotary_tables(&config, window.rope_base, 1.0, None, capacity, device)?);
+        }
         let caches = (0..config.n_layer)
             .map(|_| KvCache::new(config.n_kv_head, capacity, config.head_dim, device))
             .collect::<Result<Vec<_>>>()?;
@@ -98,8 +155,7 @@ impl Decoder {
             embed,
             layers,
             lm_head,
-            cos,
-            sin,
+            rotary,
             caches,
             vocab_size,
         })
@@ -120,10 +176,16 @@ impl Decoder {
         }
         let device = self.norm.device().clone();
         let mut x = dequantize_rows(&self.embed, tokens, &device)?;
-        let cos = self.cos.narrow(0, pos, n)?;
-        let sin = self.sin.narrow(0, pos, n)?;
+        if let Some(scale) = self.config.quirks.embed_scale {
+            x = (x * scale as f64)?;
+        }
+        let rotary = self
+            .rotary
+            .iter()
+            .map(|r| Ok(Rotary { cos: r.cos.narrow(0, pos, n)?, sin: r.sin.narrow(0, pos, n)? }))
+            .collect::<Result<Vec<_>>>()?;
         for (layer, cache) in self.layers.iter().zip(self.caches.iter_mut()) {
-            x = layer.forward(&x, cache, pos, &cos, &sin, &self.config)?;
+            x = layer.forward(&x, cache, pos, &rotary[layer.rotary], &self.config)?;
         }
         let x = if all_positions { x } else { x.narrow(0, n - 1, 1)? };
         let x = candle_nn::ops::rms_norm(&x, &self.norm, self.config.rms_eps)?;
@@ -168,7 +230,18 @@ impl CausalLm for Decoder {
 }
 
 impl Layer {
-    fn load(weights: &mut dyn WeightSource, prefix: &str, device: &Device) -> Result<Self> {
+    fn load(weights: &mut dyn WeightSource, index: usize, cfg: &DecoderConfig, device: &Device) -> Result<Self> {
+        let prefix = &format!("blk.{index}");
+        let mut optional = |name: &str| -> Result<Option<Tensor>> {
+            let name = format!("{prefix}.{name}.weight");
+            match weights.has(&name) {
+                true => Ok(Some(weights.dense(&name, device)?)),
+                false => Ok(None),
+            }
+        };
+        let (q_norm, k_norm) = (optional("attn_q_norm")?, optional("attn_k_norm")?);
+        let (post_attn_norm, post_ffn_norm) = (optional("post_attention_norm")?, optional("post_ffw_norm")?);
+        let window = cfg.window(index);
         let mut linear = |name: &str, bias: bool| -> Result<QLinear> {
             let weight = weights.quantized(&format!("{prefix}.{name}.weight"), device)?;
             let bias_name = format!("{prefix}.{name}.bias");
@@ -184,6 +257,12 @@ impl Layer {
         Ok(Self {
             attn_norm: weights.dense(&format!("{prefix}.attn_norm.weight"), device)?,
             ffn_norm: weights.dense(&format!("{prefix}.ffn_norm.weight"), device)?,
+            q_norm,
+            k_norm,
+            post_attn_norm,
+            post_ffn_norm,
+            window: window.map(|w| w.size),
+            rotary: usize::from(window.is_some()),
             q,
             k,
             v,
@@ -201,8 +280,7 @@ impl Layer {
         x: &Tensor,
         cache: &mut KvCache,
         pos: usize,
-        cos: &Tensor,
-        sin: &Tensor,
+        rotary: &Rotary,
         cfg: &DecoderConfig,
     ) -> Result<Tensor> {
         let _enter = self.span.enter();
@@ -212,15 +290,28 @@ impl Layer {
             // [n, count * d] -> [count, n, d]
             Ok(t.reshape((n, count, cfg.head_dim))?.transpose(0, 1)?.contiguous()?)
         };
-        let q = rotate(&heads(self.q.forward(&h)?, cfg.n_head)?, cos, sin, cfg.rope_style)?;
-        let k = rotate(&heads(self.k.forward(&h)?, cfg.n_kv_head)?, cos, sin, cfg.rope_style)?;
+        let norm = |t: Tensor, weight: &Option<Tensor>| -> Result<Tensor> {
+            match weight {
+                Some(w) => Ok(candle_nn::ops::rms_norm(&t, w, cfg.rms_eps)?),
+                None => Ok(t),
+            }
+        };
+        let q = norm(heads(self.q.forward(&h)?, cfg.n_head)?, &self.q_norm)?;
+        let k = norm(heads(self.k.forward(&h)?, cfg.n_kv_head)?, &self.k_norm)?;
+        let q = rotate(&q, &rotary.cos, &rotary.sin, cfg.rope_style)?;
+        let k = rotate(&k, &rotary.cos, &rotary.sin, cfg.rope_style)?;
         let v = heads(self.v.forward(&h)?, cfg.n_kv_head)?;
         cache.append(&k, &v)?;
-        let attn = causal_attention(&q, cache, pos)?;
-        let x = (x + self.o.forward(&attn)?)?;
+        let attn = causal_attention(&q, cache, pos, self.window)?;
+        let x = (x + norm(self.o.forward(&attn)?, &self.post_attn_norm)?)?;
         let h = candle_nn::ops::rms_norm(&x, &self.ffn_norm, cfg.rms_eps)?;
-        let gated = (candle_nn::ops::silu(&self.gate.forward(&h)?)? * self.up.forward(&h)?)?;
-        Ok((x + self.down.forward(&gated)?)?)
+        let gate = self.gate.forward(&h)?;
+        let gate = match cfg.quirks.activation {
+            Activation::Silu => candle_nn::ops::silu(&gate)?,
+            Activation::GeluTanh => gate.gelu()?,
+        };
+        let out = self.down.forward(&(gate * self.up.forward(&h)?)?)?;
+        Ok((x + norm(out, &self.post_ffn_norm)?)?)
     }
 }
 
@@ -236,14 +327,16 @@ fn rotate(x: &Tensor, cos: &Tensor, sin: &Tensor, style: RopeStyle) -> Result<Te
 
 fn rotary_tables(
     cfg: &DecoderConfig,
+    rope_base: f32,
+    linear_scale: f32,
     freq_factors: Option<&[f32]>,
     capacity: usize,
     device: &Device,
-) -> Result<(Tensor, Tensor)> {
+) -> Result<Rotary> {
     let half = cfg.head_dim / 2;
     let inv_freq: Vec<f32> = (0..half)
         .map(|i| {
-            let base = 1f32 / cfg.rope_base.powf(2.0 * i as f32 / cfg.head_dim as f32);
+            let base = 1f32 / rope_base.powf(2.0 * i as f32 / cfg.head_dim as f32) / linear_scale;
             // Llama 3.1's long-context scaling ships as per-frequency divisors.
             base / freq_factors.and_then(|f| f.get(i)).copied().unwrap_or(1.0)
         })
@@ -251,5 +344,5 @@ fn rotary_tables(
     let inv_freq = Tensor::from_vec(inv_freq, (1, half), device)?;
     let positions = Tensor::arange(0u32, capacity as u32, device)?.to_dtype(DType::F32)?.reshape((capacity, 1))?;
     let angles = positions.matmul(&inv_freq)?;
-    Ok((angles.cos()?.contiguous()?, angles.sin()?.contiguous()?))
+    Ok(Rotary { cos: angles.cos()?.contiguous()?, sin: angles.sin()?.contiguous()? })
 }

@@ -19,5 +19,6 @@ pub fn config(gguf: &GgufFile) -> Result<DecoderConfig> {
         rope_base: gguf.f32("llama.rope.freq_base").unwrap_or(10_000.0),
         rope_style: RopeStyle::Interleaved,
         trained_context: gguf.u32("llama.context_length")? as usize,
+        quirks: Default::default(),
     })
 }

@@ -2,8 +2,10 @@
 //! from a GGUF file.
 
 pub mod decoder;
+pub mod gemma3;
 pub mod llama;
 pub mod qwen2;
+pub mod qwen3;
 
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
@@ -73,7 +75,7 @@ impl WeightSource for HashMap<String, Tensor> {
     }
 }
 
-pub const SUPPORTED_ARCHITECTURES: &[&str] = &["qwen2", "llama"];
+pub const SUPPORTED_ARCHITECTURES: &[&str] = &["qwen2", "qwen3", "llama", "gemma3"];
 
 /// What a user sees about a model file.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -111,6 +113,8 @@ pub fn load_model(gguf: &mut GgufFile, device: &Device, context: usize) -> Resul
     let arch = gguf.architecture()?;
     let config = match arch.as_str() {
         "qwen2" => qwen2::config(gguf)?,
+        "qwen3" => qwen3::config(gguf)?,
+        "gemma3" => gemma3::config(gguf)?,
         _ => llama::config(gguf)?,
     };
     let context = context.min(config.trained_context).max(1);

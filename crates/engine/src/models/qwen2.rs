@@ -18,5 +18,6 @@ pub fn config(gguf: &GgufFile) -> Result<DecoderConfig> {
         rope_base: gguf.f32("qwen2.rope.freq_base").unwrap_or(1_000_000.0),
         rope_style: RopeStyle::Neox,
         trained_context: gguf.u32("qwen2.context_length")? as usize,
+        quirks: Default::default(),
     })
 }

@@ -1,9 +1,12 @@
 //! The tokenizer, built from a GGUF file's own metadata so that one file is enough.
 //!
-//! candle's GGUF-to-tokenizers converter handles the gpt2-style BPE vocabularies; it knows the
+//! SentencePiece vocabularies (Gemma) are built in `spm.rs`. For byte-level BPE (gpt2-style:
+//! Qwen, Llama 3, SmolLM2), candle's GGUF-to-tokenizers converter does the work; it knows the
 //! `qwen2` and `llama3` pre-tokenizers and falls back to a GPT-2 byte-level one that adds a
 //! prefix space. We correct the fallback for the pre-tokenizers llama.cpp defines otherwise
 //! (SmolLM's splits every digit and adds no space), as HF's tokenizer.json files do.
+
+mod spm;
 
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
@@ -29,12 +32,10 @@ pub struct Tokenizer {
 
 impl Tokenizer {
     pub fn from_gguf(gguf: &GgufFile) -> Result<Self> {
-        let mut inner = tokenizers::Tokenizer::from_gguf(gguf.content())
-            .map_err(|e| Error::Tokenizer(crate::error::first_line(&e)))?;
-        let pre = gguf.string("tokenizer.ggml.pre").unwrap_or_default();
-        if let Some(pre_tokenizer) = corrected_pre_tokenizer(&pre) {
-            inner.with_pre_tokenizer(Some(pre_tokenizer));
-        }
+        let inner = match gguf.string("tokenizer.ggml.model").unwrap_or_default().as_str() {
+            "llama" => spm::from_gguf(gguf)?,
+            _ => byte_level_bpe(gguf)?,
+        };
         let tokens = gguf.string_array("tokenizer.ggml.tokens")?;
         let id_text = |key: &str| gguf.u32(key).ok().and_then(|id| tokens.get(id as usize).cloned());
         let mut stop_ids: BTreeSet<u32> = ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"]
@@ -99,6 +100,17 @@ impl Tokenizer {
     pub fn stream(&self) -> TokenStream<'_> {
         TokenStream { tokenizer: self, ids: Vec::new(), prefix: 0, read: 0 }
     }
+}
+
+/// GPT-2 style byte-level BPE (`tokenizer.ggml.model` = `gpt2`: Qwen, Llama 3, SmolLM2).
+fn byte_level_bpe(gguf: &GgufFile) -> Result<tokenizers::Tokenizer> {
+    let mut inner =
+        tokenizers::Tokenizer::from_gguf(gguf.content()).map_err(|e| Error::Tokenizer(crate::error::first_line(&e)))?;
+    let pre = gguf.string("tokenizer.ggml.pre").unwrap_or_default();
+    if let Some(pre_tokenizer) = corrected_pre_tokenizer(&pre) {
+        inner.with_pre_tokenizer(Some(pre_tokenizer));
+    }
+    Ok(inner)
 }
 
 fn corrected_pre_tokenizer(pre: &str) -> Option<PreTokenizerWrapper> {
