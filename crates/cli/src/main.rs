@@ -2,6 +2,7 @@
 //! The first client of every engine feature.
 
 mod bench;
+mod library;
 mod run;
 
 use clap::{Args, Parser, Subcommand};
@@ -31,6 +32,10 @@ enum Command {
     Serve(run::ServeArgs),
     /// Whether two models can pair as target and draft, and if not, exactly why.
     Doctor(DoctorArgs),
+    /// Download a GGUF file from Hugging Face Hub (resumes, checks sha256).
+    Pull(library::PullArgs),
+    /// The models on this machine: the Hugging Face cache and Specula's models folder.
+    Models(library::ModelsArgs),
 }
 
 #[derive(Args)]
@@ -131,6 +136,8 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::bench(args).map(|()| ExitCode::SUCCESS),
         Command::Serve(args) => run::serve(args).map(|()| ExitCode::SUCCESS),
         Command::Doctor(args) => doctor(args),
+        Command::Pull(args) => library::pull(args).map(|()| ExitCode::SUCCESS),
+        Command::Models(args) => library::models(args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,
