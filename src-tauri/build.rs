@@ -17,6 +17,10 @@ fn main() {
         "truncate_messages",
         "reply",
         "cancel_reply",
+        "catalogue",
+        "pull_model",
+        "cancel_pull",
+        "diagnose",
     ];
     let attributes = tauri_build::Attributes::new()
         .capabilities_path_pattern("./src-tauri/capabilities/**/*")

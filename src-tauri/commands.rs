@@ -88,8 +88,10 @@ fn scan_models(settings: &AppSettings) -> Vec<ModelEntry> {
         .flatten()
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "gguf"))
+        .chain(crate::library::cached_models())
         .collect();
     paths.sort();
+    paths.dedup();
     paths.into_iter().map(|path| model_entry(path, &settings.target)).collect()
 }
 

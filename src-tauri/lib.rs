@@ -4,6 +4,7 @@
 mod commands;
 mod engine;
 mod error;
+mod library;
 mod settings;
 
 use engine::Engine;
@@ -15,6 +16,7 @@ use tauri::Manager;
 pub struct AppState {
     store: Arc<Mutex<Store>>,
     engine: Engine,
+    pulls: Arc<library::Pulls>,
 }
 
 /// The history lives in the app's data folder; SPECULA_DATA_DIR moves it (tests, portable use).
@@ -34,7 +36,7 @@ fn setup(app: &mut tauri::App) -> Result<(), Box<dyn std::error::Error>> {
     let engine = Engine::spawn(store.clone());
     // Load the chosen models in the background; replies queue behind the load.
     drop(engine.apply(settings));
-    app.manage(AppState { store, engine });
+    app.manage(AppState { store, engine, pulls: Arc::default() });
     Ok(())
 }
 
@@ -64,6 +66,10 @@ pub fn run() {
             commands::truncate_messages,
             commands::reply,
             commands::cancel_reply,
+            library::catalogue,
+            library::pull_model,
+            library::cancel_pull,
+            library::diagnose,
         ])
         .run(tauri::generate_context!());
     if let Err(e) = result {

@@ -6,7 +6,9 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, symlinkSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { createServer } from 'node:http';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, symlinkSync, writeFileSync } from 'node:fs';
 import { homedir, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -25,6 +27,36 @@ const models = mkdtempSync(join(tmpdir(), 'specula-models-'));
 for (const name of [TARGET, DRAFT, SMOLLM]) symlinkSync(join(REAL_MODELS, name), join(models, name));
 writeFileSync(join(models, 'broken.gguf'), 'not a model\n'.repeat(100));
 const data = mkdtempSync(join(tmpdir(), 'specula-data-'));
+const hfHome = mkdtempSync(join(tmpdir(), 'specula-hf-'));
+
+// A stand-in for Hugging Face Hub: every `resolve` URL serves the real SmolLM2 file with the
+// Hub's headers and Range support, slowly enough (about 3 s) to watch and to cancel.
+const hubFile = readFileSync(join(REAL_MODELS, SMOLLM));
+const hubSha = createHash('sha256').update(hubFile).digest('hex');
+const hub = createServer((req, res) => {
+  if (!/\/resolve\/main\//.test(req.url)) {
+    res.writeHead(404).end('Entry not found');
+    return;
+  }
+  const start = Number(/bytes=(\d+)-/.exec(req.headers.range ?? '')?.[1] ?? 0);
+  res.writeHead(start ? 206 : 200, {
+    'x-repo-commit': '0123456789abcdef0123456789abcdef01234567',
+    'x-linked-etag': `"${hubSha}"`,
+    'x-linked-size': String(hubFile.length),
+    'content-length': String(hubFile.length - start),
+    ...(start ? { 'content-range': `bytes ${start}-${hubFile.length - 1}/${hubFile.length}` } : {}),
+  });
+  if (req.method === 'HEAD') return res.end();
+  let at = start;
+  const next = () => {
+    if (at >= hubFile.length || res.destroyed) return res.end();
+    res.write(hubFile.subarray(at, (at += 1 << 20)));
+    setTimeout(next, 30);
+  };
+  next();
+});
+await new Promise((r) => hub.listen(0, '127.0.0.1', r));
+const hubUrl = `http://127.0.0.1:${hub.address().port}`;
 
 let driver;
 const wd = new WebDriver(`http://127.0.0.1:${PORT}`);
@@ -39,7 +71,7 @@ before(async () => {
   mkdirSync(ARTIFACTS, { recursive: true });
   driver = spawn(process.env.TAURI_DRIVER ?? 'tauri-driver', ['--port', String(PORT), '--native-port', String(PORT + 1000)], {
     stdio: ['ignore', 'inherit', 'inherit'],
-    env: { ...process.env, SPECULA_DATA_DIR: data, SPECULA_MODELS_DIR: models },
+    env: { ...process.env, SPECULA_DATA_DIR: data, SPECULA_MODELS_DIR: models, HF_ENDPOINT: hubUrl, HF_HOME: hfHome },
   });
   for (let i = 0; i < 100; i++) {
     try {
@@ -55,6 +87,8 @@ before(async () => {
 after(async () => {
   await wd.quit();
   driver?.kill();
+  hub.close();
+  hub.closeAllConnections();
 });
 
 async function setSettings(values) {
@@ -176,6 +210,65 @@ test('bad models, bad drafts and long prompts give readable errors and the app k
   await replyEnds();
   const sources = await lastReplySources();
   assert.ok(sources.length > 0 && sources.every((s) => s === 'target'), `plain tokens after the errors: ${sources}`);
+});
+
+/** Every file under the Hugging Face cache of this run. */
+function hubFiles(dir = join(hfHome, 'hub')) {
+  if (!existsSync(dir)) return [];
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+    e.isDirectory() ? hubFiles(join(dir, e.name)) : [join(dir, e.name)],
+  );
+}
+
+test('the library downloads a catalogue model with live progress, cancels another, and the doctor explains a pair', async () => {
+  await wd.click('#library-button');
+  await wd.waitFor("return document.querySelector('#library-dialog').open && document.querySelectorAll('.catalogue-entry').length > 10", {
+    what: 'the catalogue',
+  });
+  const row = (file) => `.catalogue-entry[data-file="${file}"]`;
+  const status = (file) => wd.execute(`return document.querySelector('${row(file)} .status').textContent`);
+
+  // A download that is cancelled part-way leaves nothing behind.
+  const cancelled = 'gemma-3-270m-it-Q4_K_M.gguf';
+  await wd.execute(`document.querySelector('${row(cancelled)} button').click()`);
+  await wd.waitFor(`return / MB\\/s/.test(document.querySelector('${row(cancelled)} .status').textContent)`, { what: 'progress' });
+  await wd.execute(`document.querySelector('${row(cancelled)} button').click()`);
+  await wd.waitFor(`return /cancelled/.test(document.querySelector('${row(cancelled)} .status').textContent)`, { what: 'the cancel' });
+  assert.deepEqual(hubFiles().filter((f) => !f.endsWith('refs/main')), [], 'nothing kept after a cancel');
+
+  const pulled = 'SmolLM2-135M-Instruct-Q8_0.gguf';
+  await wd.execute(`document.querySelector('${row(pulled)} button').click()`);
+  await wd.waitFor(`return / MB\\/s .* s left/.test(document.querySelector('${row(pulled)} .status').textContent)`, { what: 'progress' });
+  assert.match(await status(pulled), /^\d+\.\d \/ 98\.4 MB · \d+\.\d MB\/s · \d+ s left$/);
+  await wd.execute(
+    `const list = document.querySelector('#catalogue');
+     list.scrollTop = document.querySelector('${row(pulled)}').offsetTop - list.offsetTop - 40;`,
+  );
+  await new Promise((r) => setTimeout(r, 300));
+  writeFileSync(join(ARTIFACTS, 'app-library-download.png'), await wd.screenshot());
+  await wd.waitFor(`return document.querySelector('${row(pulled)}').dataset.state === 'local'`, { timeout: 120_000, what: 'the download' });
+  assert.match(await status(pulled), /verified/);
+  const snapshot = hubFiles().find((f) => f.endsWith(pulled));
+  assert.ok(snapshot?.includes('models--bartowski--SmolLM2-135M-Instruct-GGUF/snapshots/'), `${hubFiles()}`);
+  assert.equal(createHash('sha256').update(readFileSync(realpathSync(snapshot))).digest('hex'), hubSha);
+  const { value: offered } = await invoke('list_models', { target: null });
+  assert.ok(offered.some((m) => m.path === snapshot), 'the settings offer the downloaded model');
+
+  // The doctor on the downloaded model against the Qwen target.
+  await wd.waitFor(`return [...document.querySelectorAll('#doctor-draft option')].some((o) => o.value === '${snapshot}')`);
+  await wd.execute(
+    `document.querySelector('#doctor-target').value = '${join(models, TARGET)}';
+     document.querySelector('#doctor-draft').value = '${snapshot}';
+     document.querySelector('#doctor-run').click();`,
+  );
+  await wd.waitFor("return /verdict/.test(document.querySelector('#doctor-report').textContent)", { what: 'the diagnosis' });
+  const report = await wd.execute("return document.querySelector('#doctor-report').textContent");
+  assert.match(report, /they cannot pair/);
+  assert.match(report, /vocabulary size: 151936 in the target, 49152 in the draft/);
+  assert.match(report, /suggestion: Qwen2\.5-Coder-0\.5B-Instruct/);
+  writeFileSync(join(ARTIFACTS, 'app-library-doctor.png'), await wd.screenshot());
+  await wd.execute("document.querySelector('#library-close').click()");
+  await wd.waitFor("return !document.querySelector('#library-dialog').open");
 });
 
 test('after a restart the conversation is there with its colours', async () => {

@@ -5,6 +5,7 @@ import { type Backend, connect } from './api/backend';
 import type { ChatMessage, Conversation, ModelEntry, ReplyEvent, ReplyHandle, Settings, StepEvent } from './api/types';
 import { applyEvent } from './api/events';
 import { toBackendError } from './api/types';
+import { fillDoctor, renderCatalogue, runDoctor } from './library';
 import { renderMarkdown } from './render/markdown';
 import { liveFigures, sparkline, summarize } from './render/speed';
 import { renderTokens } from './render/tokens';
@@ -448,6 +449,7 @@ function wire(): void {
   ui.theme.addEventListener('click', () => applyTheme(document.documentElement.dataset.theme === 'dark' ? 'light' : 'dark'));
   $('#settings-button').addEventListener('click', () => void openSettings().catch(showNotice));
   $('#settings-cancel').addEventListener('click', () => ui.settingsDialog.close());
+  wireLibrary();
   ui.settingsForm.addEventListener('submit', (e) => {
     e.preventDefault();
     void saveSettings();
@@ -467,6 +469,23 @@ function wire(): void {
       await refreshAll();
     })().catch(showNotice);
   });
+}
+
+function wireLibrary(): void {
+  const library = state.backend.library;
+  if (!library) return;
+  const dialog = $<HTMLDialogElement>('#library-dialog');
+  const [target, draft] = [$<HTMLSelectElement>('#doctor-target'), $<HTMLSelectElement>('#doctor-draft')];
+  const refreshDoctor = async () => fillDoctor(await loadModels(state.settings.target), target, draft, state.settings.target);
+  $('#library-button').hidden = false;
+  $('#library-button').addEventListener('click', () => {
+    void (async () => {
+      await Promise.all([renderCatalogue(library, $('#catalogue'), () => void refreshDoctor()), refreshDoctor()]);
+      dialog.showModal();
+    })().catch(showNotice);
+  });
+  $('#doctor-run').addEventListener('click', () => void runDoctor(library, target.value, draft.value, $('#doctor-report')));
+  $('#library-close').addEventListener('click', () => dialog.close());
 }
 
 async function start(): Promise<void> {

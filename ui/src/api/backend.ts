@@ -6,6 +6,7 @@ import type {
   Conversation,
   ConversationSummary,
   EngineStatus,
+  Library,
   ModelEntry,
   ReplyEvent,
   ReplyHandle,
@@ -17,6 +18,8 @@ export interface Backend {
   readonly transport: 'tauri' | 'http';
   /** Whether settings can switch the target model (the server serves one). */
   readonly canChooseTarget: boolean;
+  /** Downloads and the compatibility doctor, where the transport has them. */
+  readonly library?: Library;
 
   status(): Promise<EngineStatus>;
   /** GGUF files on offer, with whether each can draft for `target` (default: the saved one). */

@@ -8,8 +8,13 @@ import type {
   ChatMessage,
   Conversation,
   ConversationSummary,
+  CatalogueEntry,
+  Diagnosis,
   EngineStatus,
+  Library,
   ModelEntry,
+  PullEvent,
+  PullHandle,
   ReplyEvent,
   ReplyHandle,
   Role,
@@ -26,9 +31,29 @@ async function call<T>(command: string, args?: Record<string, unknown>): Promise
   }
 }
 
+class TauriLibrary implements Library {
+  catalogue(): Promise<CatalogueEntry[]> {
+    return call('catalogue');
+  }
+  async pull(repo: string, file: string, onEvent: (event: PullEvent) => void): Promise<PullHandle> {
+    const channel = new Channel<PullEvent>();
+    channel.onmessage = onEvent;
+    const id = await call<number>('pull_model', { repo, file, onEvent: channel });
+    return {
+      cancel: async () => {
+        await call('cancel_pull', { id });
+      },
+    };
+  }
+  diagnose(target: string, draft: string): Promise<Diagnosis> {
+    return call('diagnose', { target, draft });
+  }
+}
+
 export class TauriBackend implements Backend {
   readonly transport = 'tauri' as const;
   readonly canChooseTarget = true;
+  readonly library = new TauriLibrary();
 
   status(): Promise<EngineStatus> {
     return call('engine_status');

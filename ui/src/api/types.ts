@@ -167,3 +167,39 @@ export function toBackendError(e: unknown): BackendError {
   if (e instanceof Error) return { code: 'internal', message: e.message };
   return { code: 'internal', message: String(e) };
 }
+
+/** A model of the catalogue of known-good pairs (crates/engine/src/catalogue.rs). */
+export interface CatalogueEntry {
+  family: string;
+  role: 'target' | 'draft';
+  name: string;
+  repo: string;
+  file: string;
+  file_mb: number;
+  /** Weights plus the KV cache at the default context. */
+  memory_mb: number;
+  /** Where it is in the Hugging Face cache, when it is there. */
+  path?: string;
+}
+
+export type PullEvent =
+  | { kind: 'progress'; done: number; total: number; bytes_per_second: number; eta_seconds: number | null }
+  | { kind: 'done'; path: string }
+  | { kind: 'error'; code: string; message: string };
+
+export interface PullHandle {
+  cancel(): Promise<void>;
+}
+
+export interface Diagnosis {
+  compatible: boolean;
+  /** The doctor's report, as `specula doctor` prints it. */
+  text: string;
+}
+
+/** The model library: only the desktop app downloads models. */
+export interface Library {
+  catalogue(): Promise<CatalogueEntry[]>;
+  pull(repo: string, file: string, onEvent: (event: PullEvent) => void): Promise<PullHandle>;
+  diagnose(target: string, draft: string): Promise<Diagnosis>;
+}

@@ -36,7 +36,12 @@ impl Default for SpeculativeOptions {
 /// Refuse a draft whose vocabulary differs from the target's: its token ids would mean other
 /// text, and verification would silently compare unrelated tokens.
 pub fn check_pair(target: &Tokenizer, draft: &Tokenizer) -> Result<()> {
-    let (t, d) = (target.vocab(), draft.vocab());
+    check_vocabularies(target.vocab(), draft.vocab())
+}
+
+/// Vocabularies by id, as GGUF files list them: equal token for token, or an error that says
+/// where they part.
+pub fn check_vocabularies(t: &[String], d: &[String]) -> Result<()> {
     if let Some(id) = (0..t.len().min(d.len())).find(|&i| t[i] != d[i]) {
         return Err(Error::IncompatibleDraft(format!(
             "token {id} is {:?} in the target but {:?} in the draft (vocabularies of {} and {} tokens)",
