@@ -3,11 +3,10 @@
 // app.test.mjs (SPECULA_APP, tauri-driver, xvfb-run).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { WebDriver } from './webdriver.mjs';
+import { startDriver, WebDriver } from './webdriver.mjs';
 
 const PORT = 15444 + Math.floor(Math.random() * 500);
 const wd = new WebDriver(`http://127.0.0.1:${PORT}`);
@@ -15,18 +14,7 @@ let driver;
 
 before(async () => {
   assert.ok(process.env.SPECULA_APP, 'set SPECULA_APP to the built app');
-  driver = spawn(process.env.TAURI_DRIVER ?? 'tauri-driver', ['--port', String(PORT), '--native-port', String(PORT + 1000)], {
-    stdio: ['ignore', 'inherit', 'inherit'],
-    env: { ...process.env, SPECULA_DATA_DIR: mkdtempSync(join(tmpdir(), 'specula-data-')), SPECULA_MEMORY_LIMIT: String(64 << 20) },
-  });
-  for (let i = 0; i < 100; i++) {
-    try {
-      await fetch(`http://127.0.0.1:${PORT}/status`);
-      break;
-    } catch {
-      await new Promise((r) => setTimeout(r, 100));
-    }
-  }
+  driver = await startDriver(PORT, { SPECULA_DATA_DIR: mkdtempSync(join(tmpdir(), 'specula-data-')), SPECULA_MEMORY_LIMIT: String(64 << 20) });
   await wd.start({ 'tauri:options': { application: process.env.SPECULA_APP } });
   await wd.waitFor("return document.body.dataset.ready === 'true'", { timeout: 120_000, what: 'the app to start' });
 });

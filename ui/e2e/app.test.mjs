@@ -5,14 +5,13 @@
 // SPECULA_ARTIFACTS (default ui/e2e/artifacts).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { createServer } from 'node:http';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, symlinkSync, writeFileSync } from 'node:fs';
 import { homedir, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { WebDriver } from './webdriver.mjs';
+import { startDriver, WebDriver } from './webdriver.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const REAL_MODELS = process.env.SPECULA_MODELS_DIR ?? join(homedir(), '.cache/specula/models');
@@ -69,18 +68,7 @@ async function launch() {
 before(async () => {
   assert.ok(process.env.SPECULA_APP, 'set SPECULA_APP to the built app');
   mkdirSync(ARTIFACTS, { recursive: true });
-  driver = spawn(process.env.TAURI_DRIVER ?? 'tauri-driver', ['--port', String(PORT), '--native-port', String(PORT + 1000)], {
-    stdio: ['ignore', 'inherit', 'inherit'],
-    env: { ...process.env, SPECULA_DATA_DIR: data, SPECULA_MODELS_DIR: models, HF_ENDPOINT: hubUrl, HF_HOME: hfHome },
-  });
-  for (let i = 0; i < 100; i++) {
-    try {
-      await fetch(`http://127.0.0.1:${PORT}/status`);
-      break;
-    } catch {
-      await new Promise((r) => setTimeout(r, 100));
-    }
-  }
+  driver = await startDriver(PORT, { SPECULA_DATA_DIR: data, SPECULA_MODELS_DIR: models, HF_ENDPOINT: hubUrl, HF_HOME: hfHome });
   await launch();
 });
 

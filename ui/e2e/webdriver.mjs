@@ -1,6 +1,26 @@
 // A small W3C WebDriver client over fetch: enough to drive the Tauri app through tauri-driver
 // (which hands the session to WebKitWebDriver) without a browser-automation framework.
 
+import { spawn } from 'node:child_process';
+
+/** Start tauri-driver on `port` (WebKitWebDriver on `port + 1000`) with `env` added, and wait
+ *  until it answers. */
+export async function startDriver(port, env) {
+  const driver = spawn(process.env.TAURI_DRIVER ?? 'tauri-driver', ['--port', String(port), '--native-port', String(port + 1000)], {
+    stdio: ['ignore', 'inherit', 'inherit'],
+    env: { ...process.env, ...env },
+  });
+  for (let i = 0; i < 100; i++) {
+    try {
+      await fetch(`http://127.0.0.1:${port}/status`);
+      break;
+    } catch {
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+  return driver;
+}
+
 export class WebDriver {
   constructor(base) {
     this.base = base;

@@ -89,6 +89,15 @@ pub struct Progress {
     pub eta_seconds: Option<f64>,
 }
 
+/// One file of one repository at one revision, as the Hub described it.
+#[derive(Clone, Copy)]
+struct Wanted<'a> {
+    repo: &'a str,
+    revision: &'a str,
+    file: &'a str,
+    remote: &'a RemoteFile,
+}
+
 type SpaceProbe = fn(&Path) -> std::io::Result<u64>;
 
 pub struct Hub {
@@ -199,9 +208,10 @@ impl Hub {
         let repo_dir = self.repo_dir(repo);
         let blob = repo_dir.join("blobs").join(&remote.etag);
         let partial = blob.with_extension("incomplete");
+        let wanted = Wanted { repo, revision, file, remote: &remote };
         let result = match blob.exists() {
             true => Ok(()),
-            false => self.fetch_blob(repo, revision, file, &remote, &blob, &partial, progress, cancel),
+            false => self.fetch_blob(&wanted, &blob, &partial, progress, cancel),
         };
         if let Err(e) = &result {
             // Keep a partial file only where resuming it is the point.
@@ -210,21 +220,18 @@ impl Hub {
             }
         }
         result?;
-        self.link_snapshot(repo, revision, file, &remote, &blob)
+        self.link_snapshot(&wanted, &blob)
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn fetch_blob(
         &self,
-        repo: &str,
-        revision: &str,
-        file: &str,
-        remote: &RemoteFile,
+        wanted: &Wanted,
         blob: &Path,
         partial: &Path,
         progress: &mut dyn FnMut(Progress),
         cancel: &AtomicBool,
     ) -> Result<()> {
+        let Wanted { repo, revision, file, remote } = *wanted;
         let dir = blob.parent().expect("a blob lives in blobs/");
         std::fs::create_dir_all(dir).map_err(|source| Error::Io { path: dir.into(), source })?;
         let (mut hasher, mut done) = hash_existing(partial)?;
@@ -292,14 +299,8 @@ impl Hub {
 
     /// `snapshots/<commit>/<file>` -> `../../blobs/<etag>`, and `refs/<revision>` = commit,
     /// as huggingface_hub lays them out.
-    fn link_snapshot(
-        &self,
-        repo: &str,
-        revision: &str,
-        file: &str,
-        remote: &RemoteFile,
-        blob: &Path,
-    ) -> Result<PathBuf> {
+    fn link_snapshot(&self, wanted: &Wanted, blob: &Path) -> Result<PathBuf> {
+        let Wanted { repo, revision, file, remote } = *wanted;
         let cache_repo = self.cache_repo(repo, revision);
         cache_repo.create_ref(&remote.commit).map_err(|source| Error::Io { path: self.repo_dir(repo), source })?;
         let pointer = self.repo_dir(repo).join("snapshots").join(&remote.commit).join(file);
