@@ -24,7 +24,40 @@ cargo build --workspace --bins --tests
 # test use both cores.
 cargo test --workspace -- --test-threads=1
 
-(cd tests/server && npm ci --no-audit --no-fund && SPECULA_BIN="$target_dir/debug/specula" npm test)
-(cd ui && SPECULA_BIN="$target_dir/debug/specula" npm run e2e)
-(cd ui && SPECULA_APP="$target_dir/debug/specula-app" TAURI_DRIVER="$HOME/.cache/specula/tools/bin/tauri-driver" \
-    xvfb-run -a node --test e2e/app.test.mjs e2e/app-memory.test.mjs)
+# The Node steps start servers, browsers, tauri-driver, WebKitWebDriver and the app. Each runs
+# contained: under a time limit, with its output in a log file that is printed after it, and
+# with whatever it leaves running killed at the end. An orphan that held this script's output
+# open would keep a CI job waiting until its own time-out, long after the last test passed.
+contained() {
+  local name=$1 limit=$2
+  shift 2
+  local log marker status=0
+  log=$(mktemp)
+  marker="$name-$$-$RANDOM"
+  echo "== $name (at most $limit s)"
+  SPECULA_TEST_RUN=$marker timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1 || status=$?
+  cat "$log"
+  rm -f "$log"
+  reap "$marker"
+  [ "$status" -ne 124 ] || echo "$name: still running after $limit s, stopped" >&2
+  return "$status"
+}
+
+# Kill every process whose environment carries the marker: the step's children and any orphan
+# of theirs, wherever it was re-parented.
+reap() {
+  local environ pid
+  for environ in /proc/[0-9]*/environ; do
+    if grep -qzx "SPECULA_TEST_RUN=$1" "$environ" 2>/dev/null; then
+      pid=${environ#/proc/}
+      kill -KILL "${pid%/environ}" 2>/dev/null || true
+    fi
+  done
+}
+
+(cd tests/server && npm ci --no-audit --no-fund)
+contained server-tests 900 env -C tests/server SPECULA_BIN="$target_dir/debug/specula" npm test
+contained browser-e2e 600 env -C ui SPECULA_BIN="$target_dir/debug/specula" npm run e2e
+contained app-e2e 900 env -C ui SPECULA_APP="$target_dir/debug/specula-app" \
+  TAURI_DRIVER="$HOME/.cache/specula/tools/bin/tauri-driver" \
+  xvfb-run -a node --test e2e/app.test.mjs e2e/app-memory.test.mjs

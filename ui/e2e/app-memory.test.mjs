@@ -21,7 +21,7 @@ before(async () => {
 
 after(async () => {
   await wd.quit();
-  driver?.kill();
+  driver?.stop();
 });
 
 test('a model larger than free memory is refused with its size, and the app stays usable', async () => {

@@ -74,7 +74,7 @@ before(async () => {
 
 after(async () => {
   await wd.quit();
-  driver?.kill();
+  driver?.stop();
   hub.close();
   hub.closeAllConnections();
 });

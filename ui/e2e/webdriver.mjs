@@ -3,13 +3,19 @@
 
 import { spawn } from 'node:child_process';
 
-/** Start tauri-driver on `port` (WebKitWebDriver on `port + 1000`) with `env` added, and wait
- *  until it answers. */
+/** Start tauri-driver on `port` (WebKitWebDriver on `port + 1000`) with `env` added, wait until
+ *  it answers, and return a handle whose `stop()` ends it with everything it started. */
 export async function startDriver(port, env) {
+  // A process group of its own, so that stop() also ends WebKitWebDriver and the app: killed
+  // alone, tauri-driver leaves them running, and an orphan that holds this test's output open
+  // keeps whoever reads it (CI) waiting for ever.
   const driver = spawn(process.env.TAURI_DRIVER ?? 'tauri-driver', ['--port', String(port), '--native-port', String(port + 1000)], {
-    stdio: ['ignore', 'inherit', 'inherit'],
+    stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, ...env },
+    detached: true,
   });
+  driver.stdout.pipe(process.stdout);
+  driver.stderr.pipe(process.stderr);
   for (let i = 0; i < 100; i++) {
     try {
       await fetch(`http://127.0.0.1:${port}/status`);
@@ -18,7 +24,15 @@ export async function startDriver(port, env) {
       await new Promise((r) => setTimeout(r, 100));
     }
   }
-  return driver;
+  return {
+    stop() {
+      try {
+        process.kill(-driver.pid, 'SIGKILL');
+      } catch { /* already gone */ }
+      driver.stdout.destroy();
+      driver.stderr.destroy();
+    },
+  };
 }
 
 export class WebDriver {
