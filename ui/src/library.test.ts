@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { progressText } from './library';
+import type { CatalogueEntry, Library, PullEvent, PullHandle } from './api/types';
+import { progressText, renderCatalogue } from './library';
 
 describe('download progress', () => {
   it('shows bytes, speed and time left', () => {
@@ -9,5 +10,81 @@ describe('download progress', () => {
     expect(progressText({ kind: 'progress', done: 0, total: 1e6, bytes_per_second: 0, eta_seconds: null })).toBe(
       '0.0 / 1.0 MB · 0.0 MB/s',
     );
+  });
+});
+
+/** A backend whose downloads the test drives by hand. */
+function fakeLibrary() {
+  const entry: CatalogueEntry = {
+    family: 'SmolLM2', role: 'draft', name: 'SmolLM2 135M', repo: 'org/smol', file: 'smol.gguf', file_mb: 98, memory_mb: 300,
+  } as CatalogueEntry;
+  const state = { emit: (_: PullEvent) => {}, cancels: 0, release: () => {} };
+  const library: Library = {
+    catalogue: async () => [entry],
+    diagnose: async () => ({ compatible: true, text: '' }),
+    pull: (_repo, _file, onEvent) => {
+      state.emit = onEvent;
+      // The handle comes back only when the test says so, as a slow backend would.
+      return new Promise<PullHandle>((resolve) => {
+        state.release = () => resolve({ cancel: async () => void (state.cancels += 1) });
+      });
+    },
+  };
+  return { library, state };
+}
+
+const row = (list: HTMLElement) => list.querySelector<HTMLElement>('li.catalogue-entry')!;
+const progress = { kind: 'progress', done: 49.2e6, total: 98.4e6, bytes_per_second: 30e6, eta_seconds: 2 } as const;
+
+describe('the catalogue', () => {
+  it('keeps a download on screen when the dialog is reopened, and cancels it from the new row', async () => {
+    const { library, state } = fakeLibrary();
+    const first = document.createElement('ul');
+    await renderCatalogue(library, first, () => {});
+    row(first).querySelector('button')!.click();
+    state.release();
+    await Promise.resolve();
+    state.emit(progress);
+
+    // The dialog closes and opens again: its rows are rebuilt.
+    const second = document.createElement('ul');
+    await renderCatalogue(library, second, () => {});
+    expect(row(second).dataset.state).toBe('pulling');
+    expect(row(second).querySelector('.status')!.textContent).toBe('49.2 / 98.4 MB · 30.0 MB/s · 2 s left');
+    expect(row(second).querySelector('button')!.textContent).toBe('Cancel');
+    state.emit({ ...progress, done: 60e6 });
+    expect(row(second).querySelector('progress')!.value).toBe(60e6);
+
+    row(second).querySelector('button')!.click();
+    expect(state.cancels).toBe(1);
+    state.emit({ kind: 'error', code: 'cancelled', message: 'cancelled' });
+    expect(row(second).dataset.state).toBe('remote');
+    expect(row(second).querySelector('button')!.textContent).toBe('Download');
+  });
+
+  it('a cancel asked before the backend answers still cancels, and never starts a second download', async () => {
+    const { library, state } = fakeLibrary();
+    const list = document.createElement('ul');
+    await renderCatalogue(library, list, () => {});
+    const button = row(list).querySelector('button')!;
+    button.click();
+    button.click();
+    expect(state.cancels).toBe(0);
+    state.release();
+    await Promise.resolve();
+    await Promise.resolve();
+    expect(state.cancels).toBe(1);
+    state.emit({ kind: 'error', code: 'cancelled', message: 'cancelled' });
+    expect(row(list).dataset.state).toBe('remote');
+  });
+
+  it('shows a failed download as an error with its message', async () => {
+    const { library, state } = fakeLibrary();
+    const list = document.createElement('ul');
+    await renderCatalogue(library, list, () => {});
+    row(list).querySelector('button')!.click();
+    state.emit({ kind: 'error', code: 'checksum', message: 'sha256 mismatch' });
+    expect(row(list).dataset.state).toBe('error');
+    expect(row(list).querySelector('.status')!.textContent).toBe('sha256 mismatch');
   });
 });

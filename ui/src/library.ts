@@ -12,7 +12,42 @@ export function progressText(e: Extract<PullEvent, { kind: 'progress' }>): strin
   return `${mb(e.done)} / ${mb(e.total)} MB · ${mb(e.bytes_per_second)} MB/s${eta}`;
 }
 
-const pulls = new Map<string, PullHandle>();
+/** A download in flight. It outlives the dialog's rows, which are rebuilt each time the dialog
+ *  opens: the new row takes over `show`, so reopening shows the same progress and can cancel. */
+interface Download {
+  handle?: PullHandle;
+  /** Cancel was asked before the backend handed back its handle. */
+  cancelled?: boolean;
+  last?: PullEvent;
+  show: (event: PullEvent) => void;
+}
+
+const downloads = new Map<string, Download>();
+
+function startDownload(library: Library, entry: CatalogueEntry, show: (event: PullEvent) => void): void {
+  const download: Download = { show };
+  downloads.set(entry.file, download);
+  const onEvent = (event: PullEvent) => {
+    download.last = event;
+    if (event.kind !== 'progress') downloads.delete(entry.file);
+    download.show(event);
+  };
+  library.pull(entry.repo, entry.file, onEvent).then(
+    (handle) => {
+      download.handle = handle;
+      if (download.cancelled) void handle.cancel();
+    },
+    (e) => {
+      const { code, message } = toBackendError(e);
+      onEvent({ kind: 'error', code, message });
+    },
+  );
+}
+
+function cancelDownload(download: Download): void {
+  download.cancelled = true;
+  void download.handle?.cancel();
+}
 
 export async function renderCatalogue(library: Library, list: HTMLElement, onPulled: () => void): Promise<void> {
   const entries = await library.catalogue();
@@ -32,7 +67,6 @@ function catalogueRow(library: Library, entry: CatalogueEntry, onPulled: () => v
   const status = document.createElement('span');
   status.className = 'status';
   const bar = document.createElement('progress');
-  bar.hidden = true;
   const button = document.createElement('button');
   button.type = 'button';
   const idle = (path?: string) => {
@@ -41,43 +75,44 @@ function catalogueRow(library: Library, entry: CatalogueEntry, onPulled: () => v
     row.dataset.state = path ? 'local' : 'remote';
     bar.hidden = true;
   };
-  idle(entry.path);
-  button.addEventListener('click', () => {
-    const running = pulls.get(entry.file);
-    if (running) {
-      void running.cancel();
-      return;
-    }
+  const pulling = () => {
     row.dataset.state = 'pulling';
     status.textContent = 'starting…';
     button.textContent = 'Cancel';
     bar.hidden = false;
     bar.removeAttribute('value');
-    const onEvent = (event: PullEvent) => {
-      if (event.kind === 'progress') {
-        bar.max = event.total;
-        bar.value = event.done;
-        status.textContent = progressText(event);
-        return;
-      }
-      pulls.delete(entry.file);
-      if (event.kind === 'done') {
-        status.textContent = 'downloaded and verified (sha256)';
-        idle(event.path);
-        onPulled();
-      } else {
-        status.textContent = event.code === 'cancelled' ? 'cancelled; nothing was kept' : event.message;
-        row.dataset.state = event.code === 'cancelled' ? 'remote' : 'error';
-        idle();
-      }
-    };
-    library.pull(entry.repo, entry.file, onEvent).then(
-      (handle) => pulls.set(entry.file, handle),
-      (e) => {
-        status.textContent = toBackendError(e).message;
-        idle();
-      },
-    );
+  };
+  const show = (event: PullEvent) => {
+    if (event.kind === 'progress') {
+      bar.max = event.total;
+      bar.value = event.done;
+      status.textContent = progressText(event);
+    } else if (event.kind === 'done') {
+      status.textContent = 'downloaded and verified (sha256)';
+      idle(event.path);
+      onPulled();
+    } else {
+      status.textContent = event.code === 'cancelled' ? 'cancelled; nothing was kept' : event.message;
+      idle();
+      row.dataset.state = event.code === 'cancelled' ? 'remote' : 'error';
+    }
+  };
+  const running = downloads.get(entry.file);
+  if (running) {
+    running.show = show;
+    pulling();
+    if (running.last) show(running.last);
+  } else {
+    idle(entry.path);
+  }
+  button.addEventListener('click', () => {
+    const download = downloads.get(entry.file);
+    if (download) {
+      cancelDownload(download);
+      return;
+    }
+    pulling();
+    startDownload(library, entry, show);
   });
   row.append(title, facts, button, bar, status);
   return row;
