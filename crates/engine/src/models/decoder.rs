@@ -54,6 +54,9 @@ pub struct Quirks {
     pub sliding_window: Option<SlidingWindow>,
     /// Linear rotary scaling of the global layers: positions are divided by it.
     pub rope_scale: Option<f32>,
+    /// Multiplies the queries before attention, on top of attention's 1/sqrt(head_dim)
+    /// (Gemma 3 27B, whose attention scale is 1/sqrt(hidden / heads)).
+    pub query_scale: Option<f32>,
 }
 
 #[derive(Debug, Clone)]
@@ -298,7 +301,10 @@ impl Layer {
         };
         let q = norm(heads(self.q.forward(&h)?, cfg.n_head)?, &self.q_norm)?;
         let k = norm(heads(self.k.forward(&h)?, cfg.n_kv_head)?, &self.k_norm)?;
-        let q = rotate(&q, &rotary.cos, &rotary.sin, cfg.rope_style)?;
+        let mut q = rotate(&q, &rotary.cos, &rotary.sin, cfg.rope_style)?;
+        if let Some(scale) = cfg.quirks.query_scale {
+            q = (q * scale as f64)?;
+        }
         let k = rotate(&k, &rotary.cos, &rotary.sin, cfg.rope_style)?;
         let v = heads(self.v.forward(&h)?, cfg.n_kv_head)?;
         cache.append(&k, &v)?;
