@@ -189,3 +189,43 @@ fn doctor_says_whether_a_pair_can_pair() {
     let text = String::from_utf8_lossy(&bad.stdout);
     assert!(text.contains("they cannot pair") && text.contains("suggestion: Qwen2.5-Coder-0.5B-Instruct"), "{text}");
 }
+
+#[test]
+fn the_doctor_trial_measures_the_pair_on_this_machine() {
+    let out = specula(&[
+        "doctor",
+        model("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf").to_str().unwrap(),
+        model("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf").to_str().unwrap(),
+        "--trial",
+        "--trial-tokens",
+        "12",
+        "--device",
+        "cpu",
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let trial = &report["trial"];
+    assert_eq!(trial["tokens"], 12);
+    assert_eq!(trial["k"], 4);
+    // Exactness holds in the trial too, and its figures are measurements, not placeholders.
+    assert_eq!(trial["identical"], true);
+    for field in ["plain_tokens_per_second", "speculative_tokens_per_second", "measured_speedup"] {
+        assert!(trial[field].as_f64().unwrap() > 0.0, "{field}: {trial}");
+    }
+    let acceptance = trial["acceptance_rate"].as_f64().unwrap();
+    assert!(acceptance > 0.0 && acceptance <= 1.0, "{trial}");
+    assert!(trial["cost_ratio"].as_f64().unwrap() > 0.0, "{trial}");
+
+    // A pair that cannot pair gets no trial.
+    let bad = specula(&[
+        "doctor",
+        model("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf").to_str().unwrap(),
+        model(SMOLLM).to_str().unwrap(),
+        "--trial",
+        "--json",
+    ]);
+    assert_eq!(bad.status.code(), Some(1));
+    let report: serde_json::Value = serde_json::from_slice(&bad.stdout).unwrap();
+    assert!(report["trial"].is_null());
+}

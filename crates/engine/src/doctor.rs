@@ -2,10 +2,15 @@
 //! exactly why, from their headers alone, with a draft from the catalogue that would pair.
 
 use crate::catalogue::{family_like, family_of, CatalogueModel};
-use crate::error::Result;
+use crate::chat::Message;
+use crate::error::{Error, Result};
+use crate::generate::{GenerateOptions, Generation, NullSink};
 use crate::gguf::GgufFile;
 use crate::inspect::{card, ModelCard};
 use crate::models;
+use crate::sampling::SamplingParams;
+use crate::session::Session;
+use crate::speculative::KSetting;
 use serde::Serialize;
 use std::fmt;
 use std::path::Path;
@@ -150,5 +155,88 @@ impl fmt::Display for Diagnosis {
             }
         }
         Ok(())
+    }
+}
+
+/// The trial's prompt: code, where drafts of the same family agree most, so a pair that does
+/// not pay here will not pay on prose either.
+const TRIAL_PROMPT: &str = "Write a Python function that tells whether a string is a palindrome.";
+/// The draft length of the trial: the middle of what auto k chooses on these pairs.
+const TRIAL_K: usize = 4;
+
+/// A short run of a loaded pair on this machine: one prompt decoded plain and speculatively
+/// (greedy) back to back, so the user sees the speedup before committing to the pair.
+#[derive(Debug, Clone, Serialize)]
+pub struct Trial {
+    pub tokens: usize,
+    pub k: usize,
+    pub plain_tokens_per_second: f64,
+    pub speculative_tokens_per_second: f64,
+    pub measured_speedup: f64,
+    pub acceptance_rate: f64,
+    pub tokens_per_pass: f64,
+    /// Draft/target cost ratio per token.
+    pub cost_ratio: Option<f64>,
+    /// Leviathan et al.'s speedup from the measured acceptance and cost ratio.
+    pub predicted_speedup: Option<f64>,
+    /// The two replies agree token for token, as exactness demands.
+    pub identical: bool,
+}
+
+/// Decode the trial prompt for `tokens` tokens, plain then speculative with the session's draft.
+pub fn trial(session: &mut Session, tokens: usize) -> Result<Trial> {
+    if session.draft_info().is_none() {
+        return Err(Error::InvalidSetting("the trial needs a draft model".into()));
+    }
+    let prompt = session.chat_prompt(&[Message::user(TRIAL_PROMPT)])?;
+    let options = GenerateOptions { max_tokens: tokens, sampling: SamplingParams::greedy(), stop: Vec::new() };
+    let plain = session.generate_plain(&prompt, &options, &mut NullSink)?;
+    let k_before = std::mem::replace(&mut session.speculative.k, KSetting::Fixed(TRIAL_K));
+    let speculative = session.generate(&prompt, &options, &mut NullSink);
+    session.speculative.k = k_before;
+    let speculative = speculative?;
+    let stats = speculative.stats.speculative.clone().unwrap_or_default();
+    let ids = |g: &Generation| g.tokens.iter().map(|t| t.id).collect::<Vec<_>>();
+    Ok(Trial {
+        tokens: speculative.stats.generated_tokens,
+        k: TRIAL_K,
+        plain_tokens_per_second: plain.stats.tokens_per_second,
+        speculative_tokens_per_second: speculative.stats.tokens_per_second,
+        measured_speedup: speculative.stats.tokens_per_second / plain.stats.tokens_per_second,
+        acceptance_rate: stats.acceptance_rate,
+        tokens_per_pass: stats.tokens_per_pass,
+        cost_ratio: stats.cost_ratio,
+        predicted_speedup: stats.predicted_speedup,
+        identical: ids(&plain) == ids(&speculative),
+    })
+}
+
+impl fmt::Display for Trial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "trial ({} tokens of code, greedy, k = {}): plain {:.1} tok/s, speculative {:.1} tok/s: {:.2}x",
+            self.tokens,
+            self.k,
+            self.plain_tokens_per_second,
+            self.speculative_tokens_per_second,
+            self.measured_speedup
+        )?;
+        write!(
+            f,
+            "  {:.0}% of drafts accepted, {:.2} tokens per target pass",
+            self.acceptance_rate * 100.0,
+            self.tokens_per_pass
+        )?;
+        if let (Some(c), Some(p)) = (self.cost_ratio, self.predicted_speedup) {
+            write!(f, "; draft costs {c:.2} of a target step; Leviathan et al. predict {p:.2}x")?;
+        }
+        writeln!(f)?;
+        let verdict = match self.measured_speedup {
+            s if s >= 1.05 => "worth it on this machine",
+            s if s >= 0.95 => "about even on this machine",
+            _ => "slower on this machine: with k = auto, Specula falls back to plain decoding",
+        };
+        writeln!(f, "  verdict: {verdict}")
     }
 }
