@@ -124,7 +124,8 @@ impl CostModel {
     }
 
     /// Time of a target pass over `n` tokens: measured, interpolated between measured sizes,
-    /// or extrapolated from the nearest measurement with a prior slope of 10% of a plain pass.
+    /// extrapolated along the measured slope, or, before any wider pass was measured, with a
+    /// prior slope of 10% of a plain pass.
     pub fn verify_cost(&self, n: usize) -> Option<f64> {
         let t1 = self.plain_ms()?;
         if let Some(Some(t)) = self.verify_ms.get(n) {
@@ -134,7 +135,10 @@ impl CostModel {
         let above = (n + 1..self.verify_ms.len()).find_map(|m| self.verify_ms[m].map(|t| (m, t)));
         Some(match (below, above) {
             (Some((a, ta)), Some((b, tb))) => ta + (tb - ta) * (n - a) as f64 / (b - a) as f64,
-            (Some((a, ta)), None) => ta + 0.1 * t1 * (n - a) as f64,
+            // Past the widest measured pass, the measured cost per extra token continues: a
+            // prior slope there once let auto believe that k = 8 could pay on a CPU where each
+            // extra token costs 70% of a pass, and keep probing (and catching up the draft).
+            (Some((a, ta)), None) if a > 1 => ta + (ta - t1).max(0.0) / (a - 1) as f64 * (n - a) as f64,
             _ => t1 * (1.0 + 0.1 * (n - 1) as f64),
         })
     }
@@ -289,9 +293,26 @@ mod tests {
     fn verify_cost_interpolates_and_extrapolates() {
         let mut m = CostModel::new();
         m.record_verify(1, 100.0);
-        m.record_verify(5, 140.0);
-        assert_eq!(m.verify_cost(3), Some(120.0));
-        assert_eq!(m.verify_cost(7), Some(160.0));
+        assert_eq!(m.verify_cost(3), Some(120.0), "prior slope before a wider pass is measured");
+        m.record_verify(5, 400.0);
+        assert_eq!(m.verify_cost(3), Some(250.0));
+        assert_eq!(m.verify_cost(7), Some(550.0), "the measured 75 ms per extra token continues");
+    }
+
+    #[test]
+    fn a_cpu_pair_whose_wide_passes_are_dear_stops_probing() {
+        // Measured on the 2-core machine: a plain step 106 ms, a pass over 4 tokens 337 ms,
+        // a draft token 68 ms. No k up to 8 can pay even if every draft were accepted.
+        let mut m = CostModel::new();
+        m.record_verify(1, 106.0);
+        m.record_verify(4, 337.0);
+        m.record_draft(3, 1, 3.0 * 68.0);
+        assert!(!m.could_pay(8));
+        for _ in 0..200 {
+            m.record_verify(1, 106.0);
+            m.record_draft(0, 0, 0.0);
+            assert_eq!(m.next_k(KSetting::Auto { max: 8 }), 0);
+        }
     }
 
     #[test]
