@@ -46,7 +46,7 @@ struct DoctorArgs {
     #[arg(long)]
     json: bool,
     /// When the pair can pair, also decode a short code prompt with it, plain and speculative,
-    /// and report the measured speedup on this machine (about 10 s for a 1.5B target on 2 cores).
+    /// and report the measured speedup on this machine (about 20 s for a 1.5B target on 2 cores).
     #[arg(long)]
     trial: bool,
     /// Tokens the trial decodes.
@@ -81,6 +81,9 @@ fn doctor(args: DoctorArgs) -> Result<ExitCode, String> {
 }
 
 fn doctor_trial(args: &DoctorArgs) -> Result<specula_engine::doctor::Trial, String> {
+    if args.trial_tokens == 0 {
+        return Err("--trial-tokens must be at least 1: a trial of no tokens measures nothing".into());
+    }
     let device = specula_engine::device::select(&args.device).map_err(|e| e.to_string())?;
     let mut session = specula_engine::Session::load(&args.target, &device, TRIAL_CONTEXT).map_err(|e| e.to_string())?;
     session.load_draft(&args.draft, &device).map_err(|e| e.to_string())?;
