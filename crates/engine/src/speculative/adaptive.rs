@@ -52,6 +52,9 @@ pub struct CostModel {
     verify_ms: Vec<Option<f64>>,
     /// Running mean time to draft one token.
     draft_ms: Option<f64>,
+    /// Running mean time per token to catch the drafter up on tokens it missed (a batched
+    /// pass, like its prompt prefill, where it is measured for free).
+    catch_up_ms: Option<f64>,
     /// Acceptance evidence: accepted drafts, and trials (draft positions examined).
     hits: f64,
     trials: f64,
@@ -75,6 +78,7 @@ impl CostModel {
         Self {
             verify_ms: vec![None; MAX_K + 2],
             draft_ms: None,
+            catch_up_ms: None,
             hits: 0.0,
             trials: 0.0,
             since_plain: 0,
@@ -107,6 +111,19 @@ impl CostModel {
         let (hits, trials) = (accepted as f64, (accepted + usize::from(accepted < k)) as f64);
         self.hits = self.hits * (1.0 - EMA / 4.0) + hits;
         self.trials = self.trials * (1.0 - EMA / 4.0) + trials;
+    }
+
+    /// The drafter was fed `tokens` in one go (a prompt prefill or a catch-up) in `ms`.
+    pub fn record_catch_up(&mut self, tokens: usize, ms: f64) {
+        if tokens > 0 {
+            self.catch_up_ms = ema(self.catch_up_ms, ms / tokens as f64);
+        }
+    }
+
+    /// Time to catch the drafter up by one token: measured, or before that the price of a
+    /// draft step (an upper bound: a batched pass costs no more per token than single ones).
+    pub fn catch_up_ms(&self) -> Option<f64> {
+        self.catch_up_ms.or(self.draft_ms)
     }
 
     /// Per-token acceptance, with a weak prior of 0.6 before evidence.
@@ -153,10 +170,34 @@ impl CostModel {
     /// Whether some k could beat plain decoding even if every draft were accepted. When it
     /// cannot, probing is pure loss (a draft catch-up and a wider pass each time): auto stops.
     pub fn could_pay(&self, max: usize) -> bool {
-        let (Some(t1), Some(draft)) = (self.plain_ms(), self.draft_ms) else { return true };
-        (1..=max).any(|k| {
-            self.verify_cost(k + 1).is_some_and(|verify| (k + 1) as f64 / (k as f64 * draft + verify) > 1.0 / t1)
-        })
+        self.probe_could_pay(max, 0)
+    }
+
+    /// [`Self::could_pay`], after catching the drafter up on `backlog` tokens first.
+    fn probe_could_pay(&self, max: usize, backlog: usize) -> bool {
+        if self.draft_ms.is_none() {
+            return true;
+        }
+        (1..=max).any(|k| self.saving_per_token(k, 1.0).is_some_and(|saving| self.repays_catch_up(saving, backlog)))
+    }
+
+    /// Milliseconds per token that drafting `k` saves over plain decoding at acceptance
+    /// `alpha` (negative when it loses).
+    fn saving_per_token(&self, k: usize, alpha: f64) -> Option<f64> {
+        let step = k as f64 * self.draft_ms? + self.verify_cost(k + 1)?;
+        let tokens = if alpha >= 1.0 { (k + 1) as f64 } else { expected_tokens(alpha, k) };
+        Some(self.plain_ms()? - step / tokens)
+    }
+
+    /// Whether drafting that saves `saving` ms per token repays catching the drafter up on
+    /// `backlog` tokens first. The new regime is assumed to last as long as the plain stretch
+    /// behind it (at least until the next probe), so a backlog of B tokens must be repaid
+    /// within B tokens. Without this a CPU pair whose drafts could barely pay probed after
+    /// long plain stretches and spent seconds catching the draft up each time.
+    fn repays_catch_up(&self, saving: f64, backlog: usize) -> bool {
+        let horizon = backlog.max(self.probe_interval) as f64;
+        let catch_up = backlog as f64 * self.catch_up_ms().unwrap_or(0.0);
+        saving > 0.0 && saving * horizon > catch_up
     }
 
     /// The k with the best expected rate given what has been measured.
@@ -164,8 +205,9 @@ impl CostModel {
         (0..=max).filter_map(|k| self.rate(k).map(|r| (k, r))).max_by(|a, b| a.1.total_cmp(&b.1)).map_or(0, |(k, _)| k)
     }
 
-    /// The draft length for the next step.
-    pub fn next_k(&mut self, setting: KSetting) -> usize {
+    /// The draft length for the next step, when the drafter lacks `backlog` tokens that it
+    /// must catch up on before it can draft.
+    pub fn next_k(&mut self, setting: KSetting, backlog: usize) -> usize {
         // The first step of a reply is plain: it measures the plain rate at this context,
         // which the speedup figure and auto's choice both need.
         if self.plain_ms().is_none() {
@@ -173,25 +215,30 @@ impl CostModel {
         }
         match setting {
             KSetting::Fixed(k) => k,
-            KSetting::Auto { max } => {
-                // The first probe drafts a few tokens so that it also measures a wider pass.
-                if self.draft_ms.is_none() {
-                    return max.min(3);
-                }
-                let best = self.best_k(max);
-                if best == 0 && self.since_draft >= self.probe_interval && self.could_pay(max) {
-                    self.probe_interval = (self.probe_interval * 2).min(MAX_PROBE_INTERVAL);
-                    max.min(1)
-                } else if best > 0 && self.since_plain >= PLAIN_EVERY {
-                    0
-                } else {
-                    if best > 0 {
-                        self.probe_interval = FIRST_PROBE_INTERVAL;
-                    }
-                    best
-                }
-            }
+            KSetting::Auto { max } => self.auto_k(max, backlog),
         }
+    }
+
+    fn auto_k(&mut self, max: usize, backlog: usize) -> usize {
+        // The first probe drafts a few tokens so that it also measures a wider pass.
+        if self.draft_ms.is_none() {
+            return max.min(3);
+        }
+        let best = self.best_k(max);
+        if best == 0 {
+            if self.since_draft >= self.probe_interval && self.probe_could_pay(max, backlog) {
+                self.probe_interval = (self.probe_interval * 2).min(MAX_PROBE_INTERVAL);
+                return max.min(1);
+            }
+            return 0;
+        }
+        let resumes_paying =
+            backlog == 0 || self.saving_per_token(best, self.alpha()).is_some_and(|s| self.repays_catch_up(s, backlog));
+        if self.since_plain >= PLAIN_EVERY || !resumes_paying {
+            return 0;
+        }
+        self.probe_interval = FIRST_PROBE_INTERVAL;
+        best
     }
 
     /// Leviathan et al.'s expected speedup at draft length `k` from the measured acceptance
@@ -249,10 +296,10 @@ mod tests {
     #[test]
     fn first_step_is_plain_then_probe() {
         let mut m = CostModel::new();
-        assert_eq!(m.next_k(KSetting::Fixed(4)), 0);
+        assert_eq!(m.next_k(KSetting::Fixed(4), 0), 0);
         m.record_verify(1, 100.0);
-        assert_eq!(m.next_k(KSetting::Fixed(4)), 4);
-        assert_eq!(m.next_k(KSetting::Auto { max: 8 }), 3, "probe before any draft is timed");
+        assert_eq!(m.next_k(KSetting::Fixed(4), 0), 4);
+        assert_eq!(m.next_k(KSetting::Auto { max: 8 }, 0), 3, "probe before any draft is timed");
     }
 
     #[test]
@@ -260,7 +307,7 @@ mod tests {
         let mut m = measured(100.0, 50.0, 60.0, 0);
         let mut probes = Vec::new();
         for step in 0..400 {
-            let k = m.next_k(KSetting::Auto { max: 8 });
+            let k = m.next_k(KSetting::Auto { max: 8 }, 0);
             if k > 0 {
                 probes.push(step);
                 m.record_draft(k, 0, 60.0 * k as f64);
@@ -283,7 +330,7 @@ mod tests {
         m.record_draft(4, 4, 4.0 * 70.0);
         assert!(!m.could_pay(8));
         for _ in 0..1000 {
-            assert_eq!(m.next_k(KSetting::Auto { max: 8 }), 0);
+            assert_eq!(m.next_k(KSetting::Auto { max: 8 }, 0), 0);
             m.record_draft(0, 0, 0.0);
         }
         assert!(measured(100.0, 3.0, 10.0, 4).could_pay(8));
@@ -311,8 +358,78 @@ mod tests {
         for _ in 0..200 {
             m.record_verify(1, 106.0);
             m.record_draft(0, 0, 0.0);
-            assert_eq!(m.next_k(KSetting::Auto { max: 8 }), 0);
+            assert_eq!(m.next_k(KSetting::Auto { max: 8 }, 0), 0);
         }
+    }
+
+    /// Plain decoding for `steps`, then the steps at which auto would return to the draft,
+    /// with a drafter that falls behind by one token per plain step.
+    fn probes_over(m: &mut CostModel, steps: usize) -> Vec<usize> {
+        let mut backlog = 0;
+        let mut probes = Vec::new();
+        for step in 0..steps {
+            let k = m.next_k(KSetting::Auto { max: 8 }, backlog);
+            if k > 0 {
+                probes.push(step);
+                backlog = 0;
+                m.record_draft(k, 0, 40.0 * k as f64);
+            } else {
+                backlog += 1;
+                m.record_draft(0, 0, 0.0);
+            }
+        }
+        probes
+    }
+
+    #[test]
+    fn probes_weigh_the_draft_catch_up() {
+        // A perfect draft would save 100 - (4 x 40 + 200) / 5 = 28 ms a token at k = 4, but
+        // only ever 10% of drafts are accepted: auto runs plain and asks again now and then.
+        let setup = |catch_up_ms: f64| {
+            let mut m = CostModel::new();
+            for n in 1..=9 {
+                m.record_verify(n, 100.0 + 25.0 * (n - 1) as f64);
+            }
+            m.record_draft(4, 0, 160.0);
+            m.record_catch_up(64, 64.0 * catch_up_ms);
+            m
+        };
+        assert!(setup(40.0).could_pay(8), "with no backlog a probe could pay");
+        // Catching up costs 40 ms a token, more than any draft could save: never worth asking.
+        assert!(probes_over(&mut setup(40.0), 2000).is_empty());
+        // Where catching up is cheap (a GPU, say), auto still probes, ever more rarely.
+        let probes = probes_over(&mut setup(2.0), 2000);
+        assert!((3..=12).contains(&probes.len()), "{probes:?}");
+    }
+
+    #[test]
+    fn drafting_resumes_only_if_it_repays_the_catch_up() {
+        // Three drafts of four accepted (alpha 0.75), 40 ms a draft: k = 1 is best and saves
+        // 100 - (40 + 125) / 1.75 = 5.7 ms a token; catching up costs 30 ms a token.
+        let mut m = CostModel::new();
+        for n in 1..=9 {
+            m.record_verify(n, 100.0 + 25.0 * (n - 1) as f64);
+        }
+        for _ in 0..60 {
+            m.record_draft(4, 3, 160.0);
+        }
+        m.record_catch_up(10, 10.0 * 30.0);
+        let best = m.best_k(8);
+        assert_eq!(best, 1);
+        assert_eq!(m.next_k(KSetting::Auto { max: 8 }, 0), best, "nothing to catch up: draft");
+        assert_eq!(m.next_k(KSetting::Auto { max: 8 }, 200), 0, "a backlog dearer than the gain");
+    }
+
+    #[test]
+    fn catch_up_cost_is_measured_or_bounded_by_a_draft_step() {
+        let mut m = CostModel::new();
+        assert_eq!(m.catch_up_ms(), None);
+        m.record_draft(2, 1, 60.0);
+        assert_eq!(m.catch_up_ms(), Some(30.0));
+        m.record_catch_up(0, 5.0);
+        assert_eq!(m.catch_up_ms(), Some(30.0), "nothing fed, nothing learnt");
+        m.record_catch_up(40, 400.0);
+        assert_eq!(m.catch_up_ms(), Some(10.0));
     }
 
     #[test]

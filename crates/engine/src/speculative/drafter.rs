@@ -2,7 +2,7 @@
 //! lookup (n-grams from the conversation) is another.
 
 use crate::error::Result;
-use crate::generate::CachedModel;
+use crate::generate::{common_prefix, CachedModel};
 use crate::sampling::Sampler;
 
 /// One proposed token and the drafter's distribution at its position (after the same
@@ -43,15 +43,22 @@ impl Draft {
 
 pub trait Drafter {
     fn name(&self) -> &str;
-    /// Get ready for a reply to `context` (the prompt), e.g. by prefilling a cache.
-    fn prefill(&mut self, context: &[u32]) -> Result<()>;
+    /// Get ready for a reply to `context` (the prompt), e.g. by prefilling a cache; returns
+    /// how many tokens it had to feed.
+    fn prefill(&mut self, context: &[u32]) -> Result<usize>;
     /// Up to `k` tokens continuing `context`; the first is at reply `position`.
     fn propose(&mut self, context: &[u32], k: usize, sampler: &mut Sampler, position: usize) -> Result<Vec<Draft>>;
     /// Feed what a cache missed while steps went without drafting, leaving only what a normal
-    /// step feeds to `propose`. The loop times it apart: a one-off catch-up is not the price
-    /// of a draft, and counting it as one made auto k shun a draft it had just paused.
-    fn catch_up(&mut self, _context: &[u32]) -> Result<()> {
-        Ok(())
+    /// step feeds to `propose`; returns how many tokens that took. The loop times it apart: a
+    /// one-off catch-up is not the price of a draft, and counting it as one made auto k shun
+    /// a draft it had just paused.
+    fn catch_up(&mut self, _context: &[u32]) -> Result<usize> {
+        Ok(0)
+    }
+    /// Tokens `catch_up` would feed before drafting after a context of `context_len`: what
+    /// returning to this drafter after plain steps costs, which auto k weighs.
+    fn backlog(&self, _context_len: usize) -> usize {
+        0
     }
     /// Only the first `n_past` tokens of the context are still valid.
     fn rollback(&mut self, n_past: usize);
@@ -78,6 +85,13 @@ impl DraftModel {
     pub fn into_inner(self) -> CachedModel {
         self.model
     }
+
+    /// Make the cache hold `context`; the number of tokens that took.
+    fn feed(&mut self, context: &[u32]) -> Result<usize> {
+        let kept = common_prefix(self.model.cached_ids(), context);
+        self.model.prefill(context)?;
+        Ok(context.len() - kept)
+    }
 }
 
 impl Drafter for DraftModel {
@@ -85,8 +99,8 @@ impl Drafter for DraftModel {
         "model"
     }
 
-    fn prefill(&mut self, context: &[u32]) -> Result<()> {
-        self.model.prefill(&context[..context.len().saturating_sub(1)])
+    fn prefill(&mut self, context: &[u32]) -> Result<usize> {
+        self.feed(&context[..context.len().saturating_sub(1)])
     }
 
     fn propose(&mut self, context: &[u32], k: usize, sampler: &mut Sampler, position: usize) -> Result<Vec<Draft>> {
@@ -104,14 +118,18 @@ impl Drafter for DraftModel {
         Ok(drafts)
     }
 
-    fn catch_up(&mut self, context: &[u32]) -> Result<()> {
+    fn catch_up(&mut self, context: &[u32]) -> Result<usize> {
         // A normal step lacks at most the last draft and the newest token, which `propose`
         // feeds in one pass with its first draft; anything older is a backlog.
         let normal = context.len().saturating_sub(LAZY_TOKENS);
-        if self.model.len() < normal {
-            self.model.prefill(&context[..normal])?;
+        match self.model.len() < normal {
+            true => self.feed(&context[..normal]),
+            false => Ok(0),
         }
-        Ok(())
+    }
+
+    fn backlog(&self, context_len: usize) -> usize {
+        context_len.saturating_sub(LAZY_TOKENS).saturating_sub(self.model.len())
     }
 
     fn rollback(&mut self, n_past: usize) {

@@ -43,8 +43,8 @@ impl Drafter for PromptLookup {
         "lookup"
     }
 
-    fn prefill(&mut self, _context: &[u32]) -> Result<()> {
-        Ok(())
+    fn prefill(&mut self, _context: &[u32]) -> Result<usize> {
+        Ok(0)
     }
 
     fn propose(&mut self, context: &[u32], k: usize, _sampler: &mut Sampler, _position: usize) -> Result<Vec<Draft>> {

@@ -96,7 +96,9 @@ pub fn generate_speculative(
     options.sampling.validate()?;
     let started = Instant::now();
     let cached = prefill_measuring_plain_step(target, prompt, costs)?;
-    drafter.prefill(prompt)?;
+    let t = Instant::now();
+    let fed = drafter.prefill(prompt)?;
+    costs.record_catch_up(fed, ms(t.elapsed()));
     let prefill = started.elapsed();
     let mut sampler = Sampler::new(options.sampling.clone());
     let mut reply = Reply::new(tokenizer, prompt, options, sink);
@@ -109,14 +111,14 @@ pub fn generate_speculative(
             break;
         }
         let budget = options.max_tokens.saturating_sub(reply.position());
-        let k = costs.next_k(spec.k).min(room - 1).min(budget.saturating_sub(1));
+        let backlog = drafter.backlog(reply.context.len());
+        let k = costs.next_k(spec.k, backlog).min(room - 1).min(budget.saturating_sub(1));
 
         // 1. draft (after catching the drafter up on steps taken without it, timed apart)
         let t = Instant::now();
-        if k > 0 {
-            drafter.catch_up(&reply.context)?;
-        }
+        let fed = if k > 0 { drafter.catch_up(&reply.context)? } else { 0 };
         let catch_up_ms = ms(t.elapsed());
+        costs.record_catch_up(fed, catch_up_ms);
         let t = Instant::now();
         let drafts =
             if k > 0 { drafter.propose(&reply.context, k, &mut sampler, reply.position())? } else { Vec::new() };
