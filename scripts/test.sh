@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test, from a fresh machine: system packages and tauri-driver (scripts/install-deps.sh),
-# the real models (cached under ~/.cache), then formatting, lints, the Rust unit and
+# the real models (cached under ~/.cache), then formatting, lints (of the CUDA build too, whose
+# kernels nvcc compiles here without a GPU), the Rust unit and
 # integration tests, the server's tests with the official OpenAI client (Node.js), the web
 # UI's unit tests (vitest), its chat flow in headless chromium against `specula serve --ui`,
 # and the desktop app in its real webview (tauri-driver + WebKitWebDriver under Xvfb).
@@ -17,6 +18,14 @@ scripts/fetch-models.sh all
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+# The CUDA build compiles here, with no GPU: nvcc from NVIDIA's PyPI wheels compiles candle's
+# kernels (for Hopper, the GPU of the GPU check; two at a time), and clippy checks the engine's
+# and CLI's CUDA paths. Linking would need cuBLAS and the driver, which a GPU machine has.
+(
+  cuda_env=$(scripts/cuda-toolkit.sh)
+  eval "$cuda_env"
+  CUDAFORGE_THREADS=2 cargo clippy -p specula-cli --features cuda -- -D warnings
+)
 # One build for the test binaries and the binaries the end-to-end tests drive (built
 # apart, they would unify features differently and compile half the tree twice).
 cargo build --workspace --bins --tests

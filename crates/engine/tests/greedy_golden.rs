@@ -4,7 +4,6 @@
 
 mod common;
 
-use candle_core::Device;
 use common::*;
 use specula_engine::{GenerateOptions, LoadedModel, Message, NullSink, SamplingParams};
 
@@ -13,7 +12,7 @@ fn greedy_reproduces_llama_cpp_up_to_near_ties() {
     let golden = golden("greedy.json");
     let cases = golden["models"][TARGET].as_array().unwrap();
     let n_predict = golden["n_predict"].as_u64().unwrap() as usize;
-    let mut lm = LoadedModel::load(model(TARGET), &Device::Cpu, 1024).unwrap();
+    let mut lm = LoadedModel::load(model(TARGET), &device(), 1024).unwrap();
     let options = GenerateOptions { max_tokens: n_predict, sampling: SamplingParams::greedy(), stop: vec![] };
     let mut full_matches = 0;
     for case in cases {

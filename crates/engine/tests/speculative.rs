@@ -3,7 +3,6 @@
 
 mod common;
 
-use candle_core::Device;
 use common::*;
 use specula_engine::speculative::{generate_speculative, CostModel, DraftModel, Drafter, KSetting, SpeculativeOptions};
 use specula_engine::{
@@ -17,8 +16,8 @@ struct Pair {
 }
 
 fn pair() -> Pair {
-    let target = LoadedModel::load(model(TARGET), &Device::Cpu, 1024).unwrap();
-    let draft = LoadedModel::load(model(DRAFT), &Device::Cpu, 1024).unwrap();
+    let target = LoadedModel::load(model(TARGET), &device(), 1024).unwrap();
+    let draft = LoadedModel::load(model(DRAFT), &device(), 1024).unwrap();
     specula_engine::check_pair(&target.tokenizer, &draft.tokenizer).unwrap();
     Pair { target, draft: DraftModel::new(draft.model) }
 }
@@ -147,8 +146,8 @@ fn provenance_carries_p_and_q() {
 
 #[test]
 fn a_draft_with_another_vocabulary_is_refused() {
-    let mut session = specula_engine::Session::load(model(TARGET), &Device::Cpu, 256).unwrap();
-    let err = session.load_draft(model(SMOLLM), &Device::Cpu).unwrap_err();
+    let mut session = specula_engine::Session::load(model(TARGET), &device(), 256).unwrap();
+    let err = session.load_draft(model(SMOLLM), &device()).unwrap_err();
     assert_eq!(err.code(), "incompatible_draft");
     let message = err.to_string();
     eprintln!("{message}");

@@ -16,6 +16,13 @@ pub fn models_dir() -> PathBuf {
     }
 }
 
+/// Where the model tests run: the CPU, or the device named by `SPECULA_TEST_DEVICE`
+/// (`cuda`, `cuda:N`, `metal`), which `scripts/gpu-check.sh` sets to run them on a GPU.
+pub fn device() -> candle_core::Device {
+    let spec = std::env::var("SPECULA_TEST_DEVICE").unwrap_or_else(|_| "cpu".into());
+    specula_engine::device::select(&spec).unwrap_or_else(|e| panic!("SPECULA_TEST_DEVICE={spec}: {e}"))
+}
+
 /// A real model; the tests need them and fail loudly rather than skip.
 pub fn model(name: &str) -> PathBuf {
     let path = models_dir().join(name);
