@@ -195,15 +195,16 @@ impl CachedModel {
         Ok(logits.squeeze(0)?.to_vec1()?)
     }
 
-    /// Make the cache hold `context` (no logits needed): prompt prefill.
-    pub fn prefill(&mut self, context: &[u32]) -> Result<()> {
+    /// Make the cache hold `context` (no logits needed): prompt prefill. Returns how many
+    /// tokens it fed (those not already cached).
+    pub fn prefill(&mut self, context: &[u32]) -> Result<usize> {
         let keep = common_prefix(&self.ids, context);
         self.truncate(keep);
         if keep < context.len() {
             self.model.forward_last(&context[keep..])?;
             self.ids.extend_from_slice(&context[keep..]);
         }
-        Ok(())
+        Ok(context.len() - keep)
     }
 
     /// Feed `tokens` and return the logits of every one of them, `[n][vocab]`.

@@ -167,14 +167,10 @@ impl CostModel {
         Some(expected_tokens(self.alpha(), k) / (draft + verify))
     }
 
-    /// Whether some k could beat plain decoding even if every draft were accepted. When it
-    /// cannot, probing is pure loss (a draft catch-up and a wider pass each time): auto stops.
-    pub fn could_pay(&self, max: usize) -> bool {
-        self.probe_could_pay(max, 0)
-    }
-
-    /// [`Self::could_pay`], after catching the drafter up on `backlog` tokens first.
-    fn probe_could_pay(&self, max: usize, backlog: usize) -> bool {
+    /// Whether some k could beat plain decoding even if every draft were accepted, after
+    /// catching the drafter up on `backlog` tokens first. When it cannot, probing is pure loss
+    /// (a catch-up and a wider pass each time): auto stops.
+    pub fn could_pay(&self, max: usize, backlog: usize) -> bool {
         if self.draft_ms.is_none() {
             return true;
         }
@@ -226,7 +222,7 @@ impl CostModel {
         }
         let best = self.best_k(max);
         if best == 0 {
-            if self.since_draft >= self.probe_interval && self.probe_could_pay(max, backlog) {
+            if self.since_draft >= self.probe_interval && self.could_pay(max, backlog) {
                 self.probe_interval = (self.probe_interval * 2).min(MAX_PROBE_INTERVAL);
                 return max.min(1);
             }
@@ -328,12 +324,12 @@ mod tests {
             m.record_verify(n, 100.0 * n as f64);
         }
         m.record_draft(4, 4, 4.0 * 70.0);
-        assert!(!m.could_pay(8));
+        assert!(!m.could_pay(8, 0));
         for _ in 0..1000 {
             assert_eq!(m.next_k(KSetting::Auto { max: 8 }, 0), 0);
             m.record_draft(0, 0, 0.0);
         }
-        assert!(measured(100.0, 3.0, 10.0, 4).could_pay(8));
+        assert!(measured(100.0, 3.0, 10.0, 4).could_pay(8, 0));
     }
 
     #[test]
@@ -354,7 +350,7 @@ mod tests {
         m.record_verify(1, 106.0);
         m.record_verify(4, 337.0);
         m.record_draft(3, 1, 3.0 * 68.0);
-        assert!(!m.could_pay(8));
+        assert!(!m.could_pay(8, 0));
         for _ in 0..200 {
             m.record_verify(1, 106.0);
             m.record_draft(0, 0, 0.0);
@@ -394,7 +390,7 @@ mod tests {
             m.record_catch_up(64, 64.0 * catch_up_ms);
             m
         };
-        assert!(setup(40.0).could_pay(8), "with no backlog a probe could pay");
+        assert!(setup(40.0).could_pay(8, 0), "with no backlog a probe could pay");
         // Catching up costs 40 ms a token, more than any draft could save: never worth asking.
         assert!(probes_over(&mut setup(40.0), 2000).is_empty());
         // Where catching up is cheap (a GPU, say), auto still probes, ever more rarely.

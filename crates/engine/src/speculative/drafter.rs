@@ -2,7 +2,7 @@
 //! lookup (n-grams from the conversation) is another.
 
 use crate::error::Result;
-use crate::generate::{common_prefix, CachedModel};
+use crate::generate::CachedModel;
 use crate::sampling::Sampler;
 
 /// One proposed token and the drafter's distribution at its position (after the same
@@ -85,13 +85,6 @@ impl DraftModel {
     pub fn into_inner(self) -> CachedModel {
         self.model
     }
-
-    /// Make the cache hold `context`; the number of tokens that took.
-    fn feed(&mut self, context: &[u32]) -> Result<usize> {
-        let kept = common_prefix(self.model.cached_ids(), context);
-        self.model.prefill(context)?;
-        Ok(context.len() - kept)
-    }
 }
 
 impl Drafter for DraftModel {
@@ -100,7 +93,7 @@ impl Drafter for DraftModel {
     }
 
     fn prefill(&mut self, context: &[u32]) -> Result<usize> {
-        self.feed(&context[..context.len().saturating_sub(1)])
+        self.model.prefill(&context[..context.len().saturating_sub(1)])
     }
 
     fn propose(&mut self, context: &[u32], k: usize, sampler: &mut Sampler, position: usize) -> Result<Vec<Draft>> {
@@ -123,7 +116,7 @@ impl Drafter for DraftModel {
         // feeds in one pass with its first draft; anything older is a backlog.
         let normal = context.len().saturating_sub(LAZY_TOKENS);
         match self.model.len() < normal {
-            true => self.feed(&context[..normal]),
+            true => self.model.prefill(&context[..normal]),
             false => Ok(0),
         }
     }
