@@ -17,6 +17,7 @@ pub mod error;
 pub mod generate;
 pub mod gguf;
 pub mod inspect;
+pub mod kernels;
 pub mod kv_cache;
 pub mod models;
 pub mod quant;

@@ -17,16 +17,18 @@
 //! give 7.0 tok/s on real weights, which do not fit in cache. See PROFILE.md.
 
 use crate::error::{Error, Result};
+use crate::kernels;
 use candle_core::quantized::k_quants::{self, GgmlType};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{CpuStorage, CustomOp1, Device, Layout, Module, Shape, Tensor};
 use half::f16;
 use std::sync::Arc;
 
-/// Weight types whose candle CPU kernels are scalar (about 3x slower than their SIMD peers).
-/// They are requantized to Q8_0 at load, which has an AVX2/NEON kernel.
+/// Weight types whose candle CPU kernels are scalar (about 3x slower than their SIMD peers)
+/// and that have no kernel of ours on this CPU. They are requantized to Q8_0 at load, which
+/// has an AVX2/NEON kernel, at the price of more bytes read per token.
 pub fn has_slow_cpu_kernel(dtype: GgmlDType) -> bool {
-    matches!(dtype, GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1)
+    matches!(dtype, GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1) && !kernels::has_kernel(dtype)
 }
 
 /// Requantize a weight whose CPU kernel is slow to Q8_0. Q8_0 keeps 8 bits for values that
@@ -98,25 +100,62 @@ impl CustomOp1 for RowExactMatMul<'_> {
         let mut dst = vec![0f32; m * n];
         let bytes = self.0.data()?;
         let mkn = (m, k, n);
-        match self.0.dtype() {
-            GgmlDType::F32 => k_quants::matmul(mkn, lhs, blocks::<f32>(&bytes), &mut dst)?,
-            GgmlDType::F16 => k_quants::matmul(mkn, lhs, blocks::<f16>(&bytes), &mut dst)?,
-            GgmlDType::Q4_0 => k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ4_0>(&bytes), &mut dst)?,
-            GgmlDType::Q4_1 => k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ4_1>(&bytes), &mut dst)?,
-            GgmlDType::Q5_0 => k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ5_0>(&bytes), &mut dst)?,
-            GgmlDType::Q5_1 => k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ5_1>(&bytes), &mut dst)?,
-            GgmlDType::Q8_0 => k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ8_0>(&bytes), &mut dst)?,
-            GgmlDType::Q2K => k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ2K>(&bytes), &mut dst)?,
-            GgmlDType::Q3K => k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ3K>(&bytes), &mut dst)?,
-            GgmlDType::Q4K => k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ4K>(&bytes), &mut dst)?,
-            GgmlDType::Q5K => k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ5K>(&bytes), &mut dst)?,
-            GgmlDType::Q6K => k_quants::matmul(mkn, lhs, blocks::<k_quants::BlockQ6K>(&bytes), &mut dst)?,
-            other => candle_core::bail!("no CPU matmul for weight type {other:?}"),
+        if kernels::matmul(self.0.dtype(), mkn, lhs, &bytes, &mut dst)? {
+            return Ok((CpuStorage::F32(dst), output_shape(batch, n)));
         }
-        let mut out_dims = batch.to_vec();
-        out_dims.push(n);
-        Ok((CpuStorage::F32(dst), Shape::from(out_dims)))
+        candle_matmul(self.0.dtype(), mkn, lhs, &bytes, &mut dst)?;
+        Ok((CpuStorage::F32(dst), output_shape(batch, n)))
     }
+}
+
+/// candle's generic CPU matmul, `dst[m, n] = lhs[m, k] · W[n, k]ᵀ`, for the weight bytes of a
+/// CPU `QTensor` of any type: the path where no kernel of ours applies, and the reference the
+/// kernels are tested against. Sizes are checked here, since candle's matmul panics on them.
+pub fn candle_matmul(
+    dtype: GgmlDType,
+    mkn: (usize, usize, usize),
+    lhs: &[f32],
+    weights: &[u8],
+    dst: &mut [f32],
+) -> candle_core::Result<()> {
+    fn typed<T: GgmlType>(
+        (m, k, n): (usize, usize, usize),
+        lhs: &[f32],
+        weights: &[u8],
+        dst: &mut [f32],
+    ) -> candle_core::Result<()> {
+        let blocks = kernels::blocks_of::<T>(weights)?;
+        if k % T::BLCK_SIZE != 0 || blocks.len() != n * k / T::BLCK_SIZE || lhs.len() != m * k || dst.len() != m * n {
+            candle_core::bail!(
+                "matmul sizes: {} weight blocks, lhs {}, dst {} for ({m}, {k}, {n})",
+                blocks.len(),
+                lhs.len(),
+                dst.len()
+            );
+        }
+        k_quants::matmul((m, k, n), lhs, blocks, dst)
+    }
+    match dtype {
+        GgmlDType::F32 => typed::<f32>(mkn, lhs, weights, dst),
+        GgmlDType::F16 => typed::<f16>(mkn, lhs, weights, dst),
+        GgmlDType::Q4_0 => typed::<k_quants::BlockQ4_0>(mkn, lhs, weights, dst),
+        GgmlDType::Q4_1 => typed::<k_quants::BlockQ4_1>(mkn, lhs, weights, dst),
+        GgmlDType::Q5_0 => typed::<k_quants::BlockQ5_0>(mkn, lhs, weights, dst),
+        GgmlDType::Q5_1 => typed::<k_quants::BlockQ5_1>(mkn, lhs, weights, dst),
+        GgmlDType::Q8_0 => typed::<k_quants::BlockQ8_0>(mkn, lhs, weights, dst),
+        GgmlDType::Q2K => typed::<k_quants::BlockQ2K>(mkn, lhs, weights, dst),
+        GgmlDType::Q3K => typed::<k_quants::BlockQ3K>(mkn, lhs, weights, dst),
+        GgmlDType::Q4K => typed::<k_quants::BlockQ4K>(mkn, lhs, weights, dst),
+        GgmlDType::Q5K => typed::<k_quants::BlockQ5K>(mkn, lhs, weights, dst),
+        GgmlDType::Q6K => typed::<k_quants::BlockQ6K>(mkn, lhs, weights, dst),
+        other => candle_core::bail!("no CPU matmul for weight type {other:?}"),
+    }
+}
+
+fn output_shape(batch: &[usize], n: usize) -> Shape {
+    let mut dims = batch.to_vec();
+    dims.push(n);
+    Shape::from(dims)
 }
 
 /// Rows `ids` of a quantized `[rows, cols]` matrix, dequantized: the token embedding lookup.
@@ -135,38 +174,30 @@ pub fn dequantize_rows(weight: &QTensor, ids: &[u32], device: &Device) -> Result
     let mut out = vec![0f32; ids.len() * cols];
     for (dst, &id) in out.chunks_exact_mut(cols).zip(ids) {
         match weight.dtype() {
-            GgmlDType::F32 => row_to_float::<f32>(&bytes, id, dst),
-            GgmlDType::F16 => row_to_float::<f16>(&bytes, id, dst),
-            GgmlDType::Q4_0 => row_to_float::<k_quants::BlockQ4_0>(&bytes, id, dst),
-            GgmlDType::Q4_1 => row_to_float::<k_quants::BlockQ4_1>(&bytes, id, dst),
-            GgmlDType::Q5_0 => row_to_float::<k_quants::BlockQ5_0>(&bytes, id, dst),
-            GgmlDType::Q5_1 => row_to_float::<k_quants::BlockQ5_1>(&bytes, id, dst),
-            GgmlDType::Q8_0 => row_to_float::<k_quants::BlockQ8_0>(&bytes, id, dst),
-            GgmlDType::Q2K => row_to_float::<k_quants::BlockQ2K>(&bytes, id, dst),
-            GgmlDType::Q3K => row_to_float::<k_quants::BlockQ3K>(&bytes, id, dst),
-            GgmlDType::Q4K => row_to_float::<k_quants::BlockQ4K>(&bytes, id, dst),
-            GgmlDType::Q5K => row_to_float::<k_quants::BlockQ5K>(&bytes, id, dst),
-            GgmlDType::Q6K => row_to_float::<k_quants::BlockQ6K>(&bytes, id, dst),
+            GgmlDType::F32 => row_to_float::<f32>(&bytes, id, dst)?,
+            GgmlDType::F16 => row_to_float::<f16>(&bytes, id, dst)?,
+            GgmlDType::Q4_0 => row_to_float::<k_quants::BlockQ4_0>(&bytes, id, dst)?,
+            GgmlDType::Q4_1 => row_to_float::<k_quants::BlockQ4_1>(&bytes, id, dst)?,
+            GgmlDType::Q5_0 => row_to_float::<k_quants::BlockQ5_0>(&bytes, id, dst)?,
+            GgmlDType::Q5_1 => row_to_float::<k_quants::BlockQ5_1>(&bytes, id, dst)?,
+            GgmlDType::Q8_0 => row_to_float::<k_quants::BlockQ8_0>(&bytes, id, dst)?,
+            GgmlDType::Q2K => row_to_float::<k_quants::BlockQ2K>(&bytes, id, dst)?,
+            GgmlDType::Q3K => row_to_float::<k_quants::BlockQ3K>(&bytes, id, dst)?,
+            GgmlDType::Q4K => row_to_float::<k_quants::BlockQ4K>(&bytes, id, dst)?,
+            GgmlDType::Q5K => row_to_float::<k_quants::BlockQ5K>(&bytes, id, dst)?,
+            GgmlDType::Q6K => row_to_float::<k_quants::BlockQ6K>(&bytes, id, dst)?,
             other => return Err(Error::BadMetadata(format!("cannot dequantize weight type {other:?}"))),
         }
     }
     Ok(Tensor::from_vec(out, (ids.len(), cols), device)?)
 }
 
-fn row_to_float<T: GgmlType>(bytes: &[u8], row: u32, dst: &mut [f32]) {
+fn row_to_float<T: GgmlType>(bytes: &[u8], row: u32, dst: &mut [f32]) -> Result<()> {
     let per_row = dst.len() / T::BLCK_SIZE;
-    let all = blocks::<T>(bytes);
+    let all = kernels::blocks_of::<T>(bytes)?;
     let start = row as usize * per_row;
     T::to_float(&all[start..start + per_row], dst);
-}
-
-/// The quantized blocks behind a CPU `QTensor`'s bytes.
-fn blocks<T: GgmlType>(bytes: &[u8]) -> &[T] {
-    let ptr = bytes.as_ptr();
-    assert_eq!(ptr.align_offset(std::mem::align_of::<T>()), 0, "misaligned weight blocks");
-    // SAFETY: candle stores a CPU QTensor as a Vec<T> of its block type; `data()` hands back
-    // exactly those bytes, so they are aligned (checked above) and valid values of T.
-    unsafe { std::slice::from_raw_parts(ptr.cast::<T>(), bytes.len() / std::mem::size_of::<T>()) }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -187,7 +218,7 @@ mod tests {
     #[test]
     fn rows_do_not_depend_on_their_batch() {
         // 19 rows span several row tiles of the multi-row kernels; 80 columns, several chunks.
-        for dtype in [GgmlDType::Q4K, GgmlDType::Q6K, GgmlDType::Q8_0, GgmlDType::Q4_0] {
+        for dtype in [GgmlDType::Q4K, GgmlDType::Q6K, GgmlDType::Q5_0, GgmlDType::Q8_0, GgmlDType::Q4_0] {
             let w = QTensor::quantize(&random((80, 512), 1), dtype).unwrap();
             let linear = QLinear::new(w, None).unwrap();
             let x = random((19, 512), 2);
@@ -231,8 +262,12 @@ mod tests {
 
     #[test]
     fn slow_kernels_are_requantized_on_cpu_only() {
-        let w = QTensor::quantize(&random((8, 64), 6), GgmlDType::Q5_0).unwrap();
+        let w = QTensor::quantize(&random((8, 64), 6), GgmlDType::Q5_1).unwrap();
         let fast = with_fast_cpu_kernel(w, &Device::Cpu).unwrap();
         assert_eq!(fast.dtype(), GgmlDType::Q8_0);
+        // Q5_0 has a kernel of ours where AVX2 is present, and then keeps its 5 bits.
+        let w = QTensor::quantize(&random((8, 64), 6), GgmlDType::Q5_0).unwrap();
+        let expected = if kernels::has_kernel(GgmlDType::Q5_0) { GgmlDType::Q5_0 } else { GgmlDType::Q8_0 };
+        assert_eq!(with_fast_cpu_kernel(w, &Device::Cpu).unwrap().dtype(), expected);
     }
 }
