@@ -221,6 +221,16 @@ impl CostModel {
             return max.min(3);
         }
         let best = self.best_k(max);
+        tracing::debug!(
+            best,
+            backlog,
+            alpha = self.alpha(),
+            plain_ms = self.plain_ms(),
+            draft_ms = self.draft_ms,
+            catch_up_ms = self.catch_up_ms,
+            verify_5_ms = self.verify_cost(5),
+            "auto k"
+        );
         if best == 0 {
             if self.since_draft >= self.probe_interval && self.could_pay(max, backlog) {
                 self.probe_interval = (self.probe_interval * 2).min(MAX_PROBE_INTERVAL);
