@@ -1,4 +1,4 @@
-//! Quantized matmul: Specula's row-exact CPU path against candle's own `QMatMul`, per weight
+//! Quantized matmul: Specula's multi-row kernels (`kernels`) against candle's own `QMatMul`, per weight
 //! type of the Qwen pair, at the row counts of decoding (1) and verification (2 to 17), on the
 //! shapes of Qwen2.5-Coder-1.5B's MLP. `cargo bench -p specula-engine --bench matmul`.
 
@@ -13,8 +13,14 @@ fn weights(dtype: GgmlDType, out: usize, inp: usize) -> QTensor {
 }
 
 fn bench(c: &mut Criterion) {
-    for (dtype, out, inp) in [(GgmlDType::Q4K, 8960, 1536), (GgmlDType::Q6K, 1536, 8960), (GgmlDType::Q8_0, 4864, 896)]
-    {
+    // The target's MLP (Q4_K up, Q6_K down) and the draft's (Q5_0 up, Q8_0 output layer shape).
+    let shapes = [
+        (GgmlDType::Q4K, 8960, 1536),
+        (GgmlDType::Q6K, 1536, 8960),
+        (GgmlDType::Q5_0, 4864, 896),
+        (GgmlDType::Q8_0, 4864, 896),
+    ];
+    for (dtype, out, inp) in shapes {
         let mut group = c.benchmark_group(format!("{dtype:?} {out}x{inp}"));
         group.sample_size(20);
         let ours = QLinear::new(weights(dtype, out, inp), None).unwrap();

@@ -1,0 +1,40 @@
+//! What each extra activation row costs in a multi-row kernel, relative to one row: the
+//! fastest of many runs, so the machine's noise mostly drops out (criterion reports medians).
+//! `cargo run --release -p specula-engine --example row_cost -- q4k|q6k|q5_0|q8_0`
+
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+use std::time::Instant;
+
+fn fastest(runs: usize, mut f: impl FnMut()) -> f64 {
+    (0..runs)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .fold(f64::MAX, f64::min)
+}
+
+fn main() {
+    // The shapes of the Qwen pair: the target's MLP (Q4_K up, Q6_K down), the draft's (Q5_0,
+    // and Q8_0 as its output layer's type).
+    let (dtype, n, k) = match std::env::args().nth(1).as_deref() {
+        Some("q6k") => (GgmlDType::Q6K, 1536, 8960),
+        Some("q5_0") => (GgmlDType::Q5_0, 4864, 896),
+        Some("q8_0") => (GgmlDType::Q8_0, 4864, 896),
+        _ => (GgmlDType::Q4K, 8960, 1536),
+    };
+    let weights = Tensor::randn(0f32, 0.02, (n, k), &Device::Cpu).and_then(|w| QTensor::quantize(&w, dtype)).unwrap();
+    let bytes = weights.data().unwrap();
+    let time_rows = |m: usize| {
+        let lhs: Vec<f32> = (0..m * k).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect();
+        let mut dst = vec![0f32; m * n];
+        fastest(100, || {
+            assert!(specula_engine::kernels::matmul(dtype, (m, k, n), &lhs, &bytes, &mut dst).unwrap());
+        })
+    };
+    let one = time_rows(1);
+    let ratios: Vec<String> = (1..=17).map(|m| format!("{m}: {:.2}", time_rows(m) / one)).collect();
+    println!("{dtype:?} {n}x{k}: one row {:.3} ms; m rows / one row: {}", one * 1e3, ratios.join(", "));
+}
