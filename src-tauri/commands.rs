@@ -36,15 +36,15 @@ pub fn get_settings(state: State<'_, AppState>) -> CommandResult<AppSettings> {
 
 #[tauri::command]
 pub fn save_settings(state: State<'_, AppState>, settings: AppSettings) -> CommandResult<()> {
-    settings.k()?;
     settings.options()?;
     with_store(&state, |s| s.set_setting(SETTINGS_KEY, &settings))
 }
 
 #[tauri::command]
 pub async fn apply_models(state: State<'_, AppState>, settings: AppSettings) -> CommandResult<EngineStatus> {
-    let answer = state.engine.apply(settings);
-    blocking(move || answer.recv().map_err(|_| ErrorDto::new("internal", "the engine stopped"))?).await
+    let answer = state.engine.apply(&settings)?;
+    let health = answer.recv_async().await.map_err(|_| ErrorDto::new("internal", "the engine stopped"))?;
+    Ok(health?.into())
 }
 
 /// A GGUF file the settings can offer, with whether it can run and draft for the target.
@@ -185,13 +185,21 @@ pub fn reply(
     settings: AppSettings,
     on_event: Channel<ReplyEvent>,
 ) -> CommandResult<ReplyStarted> {
-    settings.k()?;
     settings.options()?;
+    settings.load_spec()?;
     let conversation = with_store(&state, |s| s.conversation(conversation_id))?;
     let messages = chat_messages(&conversation);
     let label = settings.label();
     let message = with_store(&state, |s| s.add_message(conversation_id, "assistant", "", Some(&label)))?;
-    let request_id = state.engine.reply(ReplyJob { messages, settings, message_id: message.id, events: on_event });
+    let job = ReplyJob { messages, settings, message_id: message.id, events: on_event };
+    let request_id = match state.engine.reply(job, state.store.clone()) {
+        Ok(id) => id,
+        Err(error) => {
+            // Refused (the queue is full): the empty reply row says so instead of streaming.
+            with_store(&state, |s| s.finish_reply(message.id, None, "error"))?;
+            return Err(error);
+        }
+    };
     Ok(ReplyStarted { request_id, message })
 }
 

@@ -21,6 +21,12 @@ impl From<specula_engine::Error> for ErrorDto {
     }
 }
 
+impl From<specula_engine::ErrorInfo> for ErrorDto {
+    fn from(e: specula_engine::ErrorInfo) -> Self {
+        Self { code: e.code, message: e.message }
+    }
+}
+
 impl From<specula_store::StoreError> for ErrorDto {
     fn from(e: specula_store::StoreError) -> Self {
         Self::new(e.code(), e.to_string())

@@ -1,5 +1,5 @@
-//! The Specula desktop shell: thin Tauri commands over one engine thread (src-tauri/engine.rs)
-//! and the SQLite chat history (crates/store). No decoding logic lives here.
+//! The Specula desktop shell: thin Tauri commands over the engine service (adapted in
+//! src-tauri/engine.rs) and the SQLite chat history (crates/store). No decoding logic lives here.
 
 mod commands;
 mod engine;
@@ -33,9 +33,12 @@ fn setup(app: &mut tauri::App) -> Result<(), Box<dyn std::error::Error>> {
     let store = Arc::new(Mutex::new(Store::open(&path)?));
     let settings: settings::AppSettings =
         store.lock().map_err(|_| "history lock")?.setting("settings")?.unwrap_or_default();
-    let engine = Engine::spawn(store.clone());
-    // Load the chosen models in the background; replies queue behind the load.
-    drop(engine.apply(settings));
+    let engine = Engine::spawn();
+    // Load the chosen models in the background; replies queue behind the load. A model that
+    // cannot load leaves the app usable, with the reason in the status line.
+    if let Err(e) = engine.apply(&settings) {
+        tracing::warn!("the saved settings name no usable models: {}", e.message);
+    }
     app.manage(AppState { store, engine, pulls: Arc::default() });
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! The user's settings, as the UI edits them and the history database keeps them.
 
 use serde::{Deserialize, Serialize};
+use specula_engine::service::LoadSpec;
 use specula_engine::speculative::KSetting;
 use specula_engine::{DrafterKind, GenerateOptions, Mode, SamplingParams};
 use std::path::PathBuf;
@@ -15,7 +16,7 @@ pub struct AppSettings {
     pub draft: String,
     pub drafter: DrafterKind,
     /// 1 to 16, or "auto".
-    pub k: serde_json::Value,
+    pub k: KSetting,
     pub mode: Mode,
     pub temperature: f32,
     pub top_p: f32,
@@ -42,7 +43,7 @@ impl Default for AppSettings {
             target: dir.join(DEFAULT_TARGET).to_string_lossy().into_owned(),
             draft: dir.join(DEFAULT_DRAFT).to_string_lossy().into_owned(),
             drafter: DrafterKind::Model,
-            k: "auto".into(),
+            k: KSetting::default(),
             mode: sampling.mode,
             temperature: sampling.temperature,
             top_p: sampling.top_p,
@@ -56,11 +57,22 @@ impl Default for AppSettings {
 }
 
 impl AppSettings {
-    pub fn k(&self) -> specula_engine::Result<KSetting> {
-        match &self.k {
-            serde_json::Value::String(s) => s.parse(),
-            other => other.to_string().parse(),
+    /// The models these settings need: the draft only when it drafts.
+    pub fn load_spec(&self) -> Result<LoadSpec, crate::error::ErrorDto> {
+        if self.target.is_empty() {
+            return Err(crate::error::ErrorDto::new("invalid_setting", "Choose a target model"));
         }
+        let draft = match self.drafter {
+            DrafterKind::Model if self.draft.is_empty() => {
+                return Err(crate::error::ErrorDto::new(
+                    "invalid_setting",
+                    "Choose a draft model, prompt lookup or none",
+                ))
+            }
+            DrafterKind::Model => Some(PathBuf::from(&self.draft)),
+            DrafterKind::Lookup | DrafterKind::None => None,
+        };
+        Ok(LoadSpec { target: PathBuf::from(&self.target), draft, context: self.context, device: self.device.clone() })
     }
 
     pub fn options(&self) -> specula_engine::Result<GenerateOptions> {
@@ -81,10 +93,7 @@ impl AppSettings {
     pub fn label(&self) -> String {
         let mode =
             serde_json::to_value(self.mode).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
-        let k = match &self.k {
-            serde_json::Value::String(s) => s.clone(),
-            other => other.to_string(),
-        };
+        let k = self.k;
         match self.drafter {
             DrafterKind::None => format!("plain · {mode}"),
             DrafterKind::Lookup => format!("prompt lookup · k {k} · {mode}"),
@@ -99,17 +108,35 @@ mod tests {
 
     #[test]
     fn k_reads_numbers_and_auto_and_refuses_the_rest() {
-        let mut s = AppSettings { k: 4.into(), ..Default::default() };
-        assert_eq!(s.k().unwrap(), KSetting::Fixed(4));
-        s.k = "auto".into();
-        assert_eq!(s.k().unwrap(), KSetting::default());
-        s.k = 40.into();
-        assert!(s.k().is_err());
+        let with_k = |k: &str| {
+            let json = format!(
+                r#"{{"target":"t","draft":"","drafter":"none","k":{k},"mode":"greedy","temperature":0,
+                "top_p":1,"top_k":0,"seed":1,"max_tokens":8,"context":256,"device":"cpu"}}"#
+            );
+            serde_json::from_str::<AppSettings>(&json).map(|s| s.k)
+        };
+        assert_eq!(with_k("4").unwrap(), KSetting::Fixed(4));
+        assert_eq!(with_k("\"auto\"").unwrap(), KSetting::default());
+        assert!(with_k("40").is_err());
+        assert_eq!(serde_json::to_value(AppSettings::default()).unwrap()["k"], "auto");
+    }
+
+    #[test]
+    fn the_draft_is_loaded_only_when_it_drafts() {
+        let s = AppSettings { drafter: DrafterKind::Lookup, ..Default::default() };
+        assert_eq!(s.load_spec().unwrap().draft, None);
+        let s = AppSettings { drafter: DrafterKind::Model, draft: String::new(), ..Default::default() };
+        assert_eq!(s.load_spec().unwrap_err().code, "invalid_setting");
     }
 
     #[test]
     fn greedy_mode_means_temperature_zero_and_the_label_says_how() {
-        let s = AppSettings { mode: Mode::Greedy, drafter: DrafterKind::Lookup, k: 2.into(), ..Default::default() };
+        let s = AppSettings {
+            mode: Mode::Greedy,
+            drafter: DrafterKind::Lookup,
+            k: KSetting::Fixed(2),
+            ..Default::default()
+        };
         assert_eq!(s.options().unwrap().sampling.temperature, 0.0);
         assert_eq!(s.label(), "prompt lookup · k 2 · greedy");
     }

@@ -25,6 +25,8 @@ const SMOLLM = 'SmolLM2-135M-Instruct.Q4_1.gguf';
 const models = mkdtempSync(join(tmpdir(), 'specula-models-'));
 for (const name of [TARGET, DRAFT, SMOLLM]) symlinkSync(join(REAL_MODELS, name), join(models, name));
 writeFileSync(join(models, 'broken.gguf'), 'not a model\n'.repeat(100));
+// A real model's first 8 MiB: its header reads, its weights are missing.
+writeFileSync(join(models, 'truncated.gguf'), readFileSync(join(REAL_MODELS, SMOLLM)).subarray(0, 8 << 20));
 const data = mkdtempSync(join(tmpdir(), 'specula-data-'));
 const hfHome = mkdtempSync(join(tmpdir(), 'specula-hf-'));
 
@@ -268,4 +270,33 @@ test('after a restart the conversation is there with its colours', async () => {
   assert.ok(titles.length >= 1, 'conversations listed');
   await wd.execute("[...document.querySelectorAll('#conversation-list li .open')].pop().click()");
   await wd.waitFor("return document.querySelectorAll('#messages .tok.src-accepted').length > 0", { what: 'coloured tokens after restart' });
+});
+
+test('a saved model that cannot load says why at launch, and the chat works once a good one is chosen', async () => {
+  const { value: settings } = await invoke('get_settings');
+  const bad = join(models, 'truncated.gguf');
+  assert.equal((await invoke('save_settings', { settings: { ...settings, target: bad } })).failure, undefined);
+  await wd.quit();
+  await launch();
+  const notice = await wd.waitFor(
+    "const n = document.querySelector('#notice'); return !n.hidden && n.dataset.code === 'truncated' && n.textContent",
+    { timeout: 60_000, what: 'the load failure notice' },
+  );
+  assert.match(notice, /truncated\.gguf: the file is truncated/);
+  assert.match(await wd.execute("return document.querySelector('#engine-status').textContent"), /no model loaded/);
+  const { value: status } = await invoke('engine_status');
+  assert.equal(status.state, 'failed');
+  assert.equal(status.target, null);
+  // A reply before choosing says why instead of hanging, and the app stays usable.
+  await ask('Say hi.');
+  await replyEnds();
+  assert.match(await wd.execute("return document.querySelector('#notice').textContent"), /no model is loaded: .*truncated/);
+
+  await setSettings({ target: join(models, TARGET), draft: 'none', max_tokens: 8 });
+  assert.match(await wd.execute("return document.querySelector('#engine-status').textContent"), /target qwen2\.5-coder-1\.5b/);
+  await ask('Say hi.');
+  await replyEnds();
+  const sources = await lastReplySources();
+  assert.ok(sources.length > 0, 'a reply after choosing a good model');
+  writeFileSync(join(ARTIFACTS, 'app-recovered.png'), await wd.screenshot());
 });

@@ -237,9 +237,14 @@ async function streamReply(conversationId: number): Promise<void> {
     fillBody(body, message);
     ui.messages.scrollTop = ui.messages.scrollHeight;
   };
+  const summary = live.querySelector('.reply-summary') as HTMLElement;
   const onEvent = (event: ReplyEvent) => {
     applyEvent(message, event);
-    if (event.kind === 'token') {
+    if (event.kind === 'prefill') {
+      // A long prompt takes a while to read; say how far it got until the first token.
+      summary.textContent = `reading the prompt · ${Math.floor((100 * event.done) / Math.max(1, event.total))}%`;
+    } else if (event.kind === 'token') {
+      if (summary.textContent) summary.textContent = '';
       frame ||= requestAnimationFrame(paint);
     } else if (event.kind === 'step') {
       showStep(event.step);
@@ -414,10 +419,13 @@ async function saveSettings(): Promise<void> {
 
 function showStatus(status: Awaited<ReturnType<Backend['status']>>): void {
   const name = (path: string | null) => (path ? (path.split('/').pop() ?? path).replace(/\.gguf$/, '') : 'none');
-  const drafter = status.drafter === 'lookup' ? 'prompt lookup' : status.drafter === 'model' ? name(status.draft) : 'none';
-  ui.engine.textContent = status.loading
-    ? 'loading models…'
-    : `target ${name(status.target)} · draft ${drafter} · k ${state.settings.k}${status.device ? ` · ${status.device}` : ''}`;
+  // Replies carry the user's own drafter; the status shows what they will get.
+  const chosen = state.backend.canChooseTarget ? state.settings.drafter : (status.drafter ?? state.settings.drafter);
+  const drafter = chosen === 'lookup' ? 'prompt lookup' : chosen === 'model' ? name(status.draft) : 'none';
+  ui.engine.dataset.state = status.state ?? (status.loading ? 'loading' : 'ready');
+  if (status.loading) ui.engine.textContent = 'loading models…';
+  else if (!status.target) ui.engine.textContent = `no model loaded${status.error ? '' : ': choose one in Settings'}`;
+  else ui.engine.textContent = `target ${name(status.target)} · draft ${drafter} · k ${state.settings.k}${status.device ? ` · ${status.device}` : ''}`;
   if (status.error) showNotice(status.error);
   // Models load in the background at start: look again until they are in.
   if (status.loading) setTimeout(() => void state.backend.status().then(showStatus, showNotice), 1000);

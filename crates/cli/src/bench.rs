@@ -119,13 +119,6 @@ fn forward_costs(session: &mut specula_engine::Session) -> Result<Vec<ForwardCos
     Ok(costs)
 }
 
-fn k_label(k: &KSetting) -> String {
-    match k {
-        KSetting::Fixed(k) => k.to_string(),
-        KSetting::Auto { .. } => "auto".into(),
-    }
-}
-
 pub fn bench(args: BenchArgs) -> CliResult {
     if args.model.draft.is_none() && args.model.drafter != Some(specula_engine::DrafterKind::Lookup) {
         return Err("bench compares plain with speculative decoding: give --draft or --drafter lookup".into());
@@ -146,8 +139,8 @@ pub fn bench(args: BenchArgs) -> CliResult {
         for k in &args.ks {
             // Plain and speculative back to back, per k, so both see the same machine state.
             let plain = session.generate_plain(&prompt, &options, &mut NullSink).map_err(|e| e.to_string())?;
-            session.speculative.k = *k;
-            let spec = session.generate(&prompt, &options, &mut NullSink).map_err(|e| e.to_string())?;
+            let decoding = crate::run::decoding(&args.model, *k, &session);
+            let spec = session.generate(&prompt, &options, decoding, &mut NullSink).map_err(|e| e.to_string())?;
             let run = record(item, k, &plain, &spec);
             eprintln!(
                 "[{}/{}] {:5} k={:4} plain {:5.2} tok/s  spec {:5.2} tok/s  {:.2}x  accepted {}/{}{}",
@@ -214,7 +207,7 @@ fn record(item: &BenchPrompt, k: &KSetting, plain: &Generation, spec: &Generatio
     Run {
         kind: item.kind.clone(),
         prompt: item.prompt.clone(),
-        k: k_label(k),
+        k: k.to_string(),
         plain_tokens: plain.stats.generated_tokens,
         plain_ms: plain.stats.decode_ms,
         spec_tokens: spec.stats.generated_tokens,

@@ -2,8 +2,11 @@
 
 use crate::{ModelArgs, SamplingArgs};
 use clap::Args;
+use specula_engine::service::{EngineHandle, Event, Prompt, Request, ServiceConfig};
 use specula_engine::speculative::KSetting;
-use specula_engine::{device, Flow, GenerateOptions, Generation, Message, Session, Source, TokenEvent, TokenSink};
+use specula_engine::{
+    device, Decoding, Flow, GenerateOptions, Generation, Message, Session, Source, TokenEvent, TokenSink,
+};
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 
@@ -64,6 +67,9 @@ pub struct ServeArgs {
     /// Requests queued or running before new ones get 503 with Retry-After.
     #[arg(long, default_value_t = 32)]
     max_queue: usize,
+    /// Seconds a request may take, queued time included, before it is cancelled.
+    #[arg(long, default_value_t = 600)]
+    request_timeout: u64,
     /// Also serve the built web UI (ui/dist, or the folder given).
     #[arg(long, num_args = 0..=1, default_missing_value = "ui/dist")]
     ui: Option<PathBuf>,
@@ -85,17 +91,22 @@ fn read_file(path: &PathBuf) -> Result<String, String> {
     std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// Load the target, and the draft when one is given.
+/// Load the target, and the draft when one is given; refuse `--drafter model` without one.
 pub fn open_session(args: &ModelArgs) -> Result<Session, String> {
+    if args.drafter == Some(specula_engine::DrafterKind::Model) && args.draft.is_none() {
+        return Err("--drafter model needs --draft MODEL.gguf".into());
+    }
     let device = device::select(&args.device).map_err(|e| e.to_string())?;
     let mut session = Session::load(&args.model, &device, args.ctx).map_err(|e| e.to_string())?;
     if let Some(draft) = &args.draft {
         session.load_draft(draft, &device).map_err(|e| e.to_string())?;
     }
-    if let Some(kind) = args.drafter {
-        session.set_drafter(kind).map_err(|e| e.to_string())?;
-    }
     Ok(session)
+}
+
+/// How replies are decoded: `--drafter` (default: the draft model when one is loaded) and k.
+pub fn decoding(args: &ModelArgs, k: KSetting, session: &Session) -> Decoding {
+    Decoding { drafter: args.drafter.unwrap_or_else(|| session.default_drafter()), k }
 }
 
 pub fn generate(args: GenerateArgs) -> CliResult {
@@ -105,7 +116,7 @@ pub fn generate(args: GenerateArgs) -> CliResult {
         (None, None) => return Err("give --prompt or --prompt-file".into()),
     };
     let mut session = open_session(&args.model)?;
-    session.speculative.k = args.k;
+    let decoding = decoding(&args.model, args.k, &session);
     let prompt = if args.raw {
         session.target.tokenizer.encode(&user)
     } else {
@@ -116,9 +127,9 @@ pub fn generate(args: GenerateArgs) -> CliResult {
     .map_err(|e| e.to_string())?;
     let options = options(&args.sampling);
     let generation = if args.json {
-        session.generate(&prompt, &options, &mut specula_engine::NullSink)
+        session.generate(&prompt, &options, decoding, &mut specula_engine::NullSink)
     } else {
-        session.generate(&prompt, &options, &mut Printer::new())
+        session.generate(&prompt, &options, decoding, &mut Printer::new())
     }
     .map_err(|e| e.to_string())?;
     if args.json {
@@ -130,15 +141,19 @@ pub fn generate(args: GenerateArgs) -> CliResult {
     Ok(())
 }
 
+/// A terminal chat, driven through the engine service as the app and the server drive it.
 pub fn chat(args: ChatArgs) -> CliResult {
-    let mut session = open_session(&args.model)?;
-    session.speculative.k = args.k;
+    let session = open_session(&args.model)?;
+    let name = session.target.info.name.clone();
+    let config =
+        ServiceConfig { max_queue: 1, default_k: args.k, default_drafter: args.model.drafter, ..Default::default() };
+    let engine = EngineHandle::spawn(session, config);
     let options = options(&args.sampling);
     let mut messages: Vec<Message> = args.system.iter().map(Message::system).collect();
     let stdin = std::io::stdin();
     let interactive = stdin.is_terminal();
     if interactive {
-        eprintln!("Chatting with {}. Empty line or Ctrl-D to quit.", session.target.info.name);
+        eprintln!("Chatting with {name}. Empty line or Ctrl-D to quit.");
     }
     loop {
         if interactive {
@@ -149,8 +164,9 @@ pub fn chat(args: ChatArgs) -> CliResult {
             return Ok(());
         }
         messages.push(Message::user(line.trim_end()));
-        let prompt = session.chat_prompt(&messages).map_err(|e| e.to_string())?;
-        match session.generate(&prompt, &options, &mut Printer::new()) {
+        let ticket =
+            engine.submit(Request::new(Prompt::Chat(messages.clone()), options.clone())).map_err(|e| e.to_string())?;
+        match print_reply(&ticket) {
             Ok(generation) => {
                 println!();
                 print_stats(&generation);
@@ -165,20 +181,49 @@ pub fn chat(args: ChatArgs) -> CliResult {
     }
 }
 
+/// Print a reply's tokens as they come; the reply or its error at the end.
+fn print_reply(ticket: &specula_engine::service::Ticket) -> Result<Generation, specula_engine::Error> {
+    let mut printer = Printer::new();
+    while let Some(event) = ticket.recv() {
+        match event {
+            Event::Token(token) => {
+                if printer.on_token(&token) == Flow::Stop {
+                    ticket.cancel();
+                }
+            }
+            Event::Done(generation) => return Ok(generation),
+            Event::Failed(error) => return Err(error),
+            Event::Started { .. } | Event::Prefill { .. } | Event::Step(_) => {}
+        }
+    }
+    Err(specula_engine::Error::NoModel("the engine stopped".into()))
+}
+
 pub fn serve(args: ServeArgs) -> CliResult {
     if let Some(dir) = &args.ui {
         if !dir.join("index.html").exists() {
             return Err(format!("{}: no built web UI there (build it with `npm run build` in ui/)", dir.display()));
         }
     }
-    let mut session = open_session(&args.model)?;
-    session.speculative.k = args.k;
+    let session = open_session(&args.model)?;
     let model_id = args.model.model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-    let config =
-        specula_server::ServerConfig { model_id, api_key: args.api_key, max_queue: args.max_queue, ui_dir: args.ui };
+    let engine = ServiceConfig {
+        max_queue: args.max_queue,
+        default_k: args.k,
+        default_drafter: args.model.drafter,
+        ..Default::default()
+    };
+    let config = specula_server::ServerConfig {
+        model_id,
+        api_key: args.api_key,
+        ui_dir: args.ui,
+        request_timeout: std::time::Duration::from_secs(args.request_timeout),
+    };
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     let addr = std::net::SocketAddr::new(args.host, args.port);
-    runtime.block_on(specula_server::serve(session, config, addr)).map_err(|e| format!("serving on {addr}: {e}"))
+    runtime
+        .block_on(specula_server::serve(session, engine, config, addr))
+        .map_err(|e| format!("serving on {addr}: {e}"))
 }
 
 pub fn tokenize(args: TokenizeArgs) -> CliResult {

@@ -9,7 +9,7 @@ use crate::gguf::GgufFile;
 use crate::inspect::{card, ModelCard};
 use crate::models;
 use crate::sampling::SamplingParams;
-use crate::session::Session;
+use crate::session::{Decoding, DrafterKind, Session};
 use crate::speculative::KSetting;
 use serde::Serialize;
 use std::fmt;
@@ -191,10 +191,8 @@ pub fn trial(session: &mut Session, tokens: usize) -> Result<Trial> {
     let prompt = session.chat_prompt(&[Message::user(TRIAL_PROMPT)])?;
     let options = GenerateOptions { max_tokens: tokens, sampling: SamplingParams::greedy(), stop: Vec::new() };
     let plain = session.generate_plain(&prompt, &options, &mut NullSink)?;
-    let k_before = std::mem::replace(&mut session.speculative.k, KSetting::Fixed(TRIAL_K));
-    let speculative = session.generate(&prompt, &options, &mut NullSink);
-    session.speculative.k = k_before;
-    let speculative = speculative?;
+    let decoding = Decoding { drafter: DrafterKind::Model, k: KSetting::Fixed(TRIAL_K) };
+    let speculative = session.generate(&prompt, &options, decoding, &mut NullSink)?;
     let stats = speculative.stats.speculative.clone().unwrap_or_default();
     let ids = |g: &Generation| g.tokens.iter().map(|t| t.id).collect::<Vec<_>>();
     Ok(Trial {

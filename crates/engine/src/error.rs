@@ -51,6 +51,18 @@ pub enum Error {
     #[error("invalid setting: {0}")]
     InvalidSetting(String),
 
+    #[error("the model produced unusable scores ({0}); its weights may be corrupt")]
+    InvalidLogits(String),
+
+    #[error("the engine is busy: {queued} requests are waiting; retry shortly")]
+    Busy { queued: usize },
+
+    #[error("no model is loaded: {0}")]
+    NoModel(String),
+
+    #[error("the engine failed on this request ({0}); it keeps serving the next ones")]
+    JobPanicked(String),
+
     #[error("tensor computation failed: {}", first_line(.0))]
     Candle(#[from] candle_core::Error),
 }
@@ -59,6 +71,32 @@ pub enum Error {
 /// message, one line.
 pub(crate) fn first_line(error: &impl std::fmt::Display) -> String {
     error.to_string().lines().next().unwrap_or_default().to_string()
+}
+
+/// An error as it crosses a boundary (IPC, HTTP, a status report): a stable code to switch
+/// on and the message to show. Cloneable, unlike [`Error`], so a status can keep one.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ErrorInfo {
+    pub code: String,
+    pub message: String,
+}
+
+impl ErrorInfo {
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { code: code.into(), message: message.into() }
+    }
+}
+
+impl From<&Error> for ErrorInfo {
+    fn from(e: &Error) -> Self {
+        Self::new(e.code(), e.to_string())
+    }
+}
+
+impl From<Error> for ErrorInfo {
+    fn from(e: Error) -> Self {
+        Self::from(&e)
+    }
 }
 
 impl Error {
@@ -76,6 +114,10 @@ impl Error {
             Error::ModelTooLarge { .. } => "model_too_large",
             Error::IncompatibleDraft(_) => "incompatible_draft",
             Error::InvalidSetting(_) => "invalid_setting",
+            Error::InvalidLogits(_) => "invalid_logits",
+            Error::Busy { .. } => "busy",
+            Error::NoModel(_) => "no_model",
+            Error::JobPanicked(_) => "engine_panic",
             Error::Candle(_) => "compute",
         }
     }

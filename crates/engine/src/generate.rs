@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 
 /// Where a token came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Source {
     /// Plain decoding, no draft.
@@ -56,13 +56,28 @@ pub enum Flow {
 }
 
 /// Where output goes: the CLI prints, the app forwards to a channel, tests collect.
-/// Returning [`Flow::Stop`] is how cancellation reaches the loop.
+/// Returning [`Flow::Stop`] from any method is how cancellation reaches the loop, prefill
+/// included.
 pub trait TokenSink {
+    /// The prompt fits: `prompt_tokens` will be read, then the reply begins.
+    fn on_start(&mut self, _prompt_tokens: usize) -> Flow {
+        Flow::Continue
+    }
+    /// `done` of the `total` prompt tokens that had to be fed are in the cache. Asked between
+    /// prefill chunks, so a long prompt can be abandoned part-way.
+    fn on_prefill(&mut self, _done: usize, _total: usize) -> Flow {
+        Flow::Continue
+    }
     fn on_token(&mut self, token: &TokenEvent) -> Flow;
     fn on_step(&mut self, _step: &StepEvent) -> Flow {
         Flow::Continue
     }
 }
+
+/// Prompt tokens fed per target pass during prefill: between chunks the sink may cancel. Long
+/// enough that the multi-row kernels run full tiles, short enough that a cancel is heard
+/// within a fraction of a second on the CPU.
+pub const PREFILL_CHUNK: usize = 128;
 
 /// A sink that only keeps going; the reply is in the returned [`Generation`].
 pub struct NullSink;
@@ -88,6 +103,18 @@ pub enum FinishReason {
     MaxTokens,
     ContextFull,
     Cancelled,
+}
+
+impl FinishReason {
+    /// The one name every front-end shows: OpenAI's `stop` and `length`, and `cancelled`
+    /// for a reply stopped by its client, its deadline or the Stop button.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::EndOfTurn | FinishReason::StopString => "stop",
+            FinishReason::MaxTokens | FinishReason::ContextFull => "length",
+            FinishReason::Cancelled => "cancelled",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -148,6 +175,21 @@ pub struct Generation {
     pub stats: GenerationStats,
 }
 
+impl Generation {
+    /// A reply cancelled before its first token (while queued or reading the prompt).
+    pub fn cancelled(prompt_tokens: usize) -> Self {
+        Self {
+            text: String::new(),
+            tokens: Vec::new(),
+            finish_reason: FinishReason::Cancelled,
+            stats: GenerationStats { prompt_tokens, ..Default::default() },
+        }
+    }
+}
+
+/// Asked between prefill chunks with (tokens fed, tokens to feed); [`Flow::Stop`] abandons.
+pub type Progress<'a> = &'a mut dyn FnMut(usize, usize) -> Flow;
+
 /// A model and the token ids its KV cache holds, so that a new prompt reuses the longest
 /// cached prefix (the previous turns of a chat) and a rollback keeps both in step.
 pub struct CachedModel {
@@ -198,13 +240,24 @@ impl CachedModel {
     /// Make the cache hold `context` (no logits needed): prompt prefill. Returns how many
     /// tokens it fed (those not already cached).
     pub fn prefill(&mut self, context: &[u32]) -> Result<usize> {
+        Ok(self.prefill_with(context, &mut |_, _| Flow::Continue)?.unwrap_or(0))
+    }
+
+    /// [`Self::prefill`] in chunks of [`PREFILL_CHUNK`], asking `progress` after each whether
+    /// to go on. `None` when it was told to stop; the cache then holds the chunks fed so far
+    /// (a later prompt with the same start reuses them).
+    pub fn prefill_with(&mut self, context: &[u32], progress: Progress) -> Result<Option<usize>> {
         let keep = common_prefix(&self.ids, context);
         self.truncate(keep);
-        if keep < context.len() {
-            self.model.forward_last(&context[keep..])?;
-            self.ids.extend_from_slice(&context[keep..]);
+        let total = context.len() - keep;
+        for chunk in context[keep..].chunks(PREFILL_CHUNK) {
+            self.model.forward_last(chunk)?;
+            self.ids.extend_from_slice(chunk);
+            if progress(self.ids.len() - keep, total) == Flow::Stop {
+                return Ok(None);
+            }
         }
-        Ok(context.len() - keep)
+        Ok(Some(total))
     }
 
     /// Feed `tokens` and return the logits of every one of them, `[n][vocab]`.
@@ -327,14 +380,22 @@ pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-/// Prefill the prompt, leaving its last token to be fed by the first decoding step.
-/// Returns (tokens reused from the cache, prefill time).
-pub(crate) fn prefill_prompt(target: &mut CachedModel, prompt: &[u32]) -> Result<(usize, Duration)> {
+/// Check the prompt fits and tell the sink the reply begins; false when the sink cancels.
+pub(crate) fn start(target: &CachedModel, prompt: &[u32], sink: &mut dyn TokenSink) -> Result<bool> {
     check_context(prompt.len(), target.capacity())?;
-    let started = Instant::now();
+    Ok(sink.on_start(prompt.len()) == Flow::Continue)
+}
+
+/// Prefill the prompt, leaving its last token to be fed by the first decoding step.
+/// Returns the tokens reused from the cache, or `None` when the sink cancelled part-way.
+pub(crate) fn prefill_prompt(
+    target: &mut CachedModel,
+    prompt: &[u32],
+    sink: &mut dyn TokenSink,
+) -> Result<Option<usize>> {
     let reused = common_prefix(target.cached_ids(), prompt).min(prompt.len() - 1);
-    target.prefill(&prompt[..prompt.len() - 1])?;
-    Ok((reused, started.elapsed()))
+    let fed = target.prefill_with(&prompt[..prompt.len() - 1], &mut |done, total| sink.on_prefill(done, total))?;
+    Ok(fed.map(|_| reused))
 }
 
 /// Plain decoding: one target pass per token. The reference for every exactness test.
@@ -346,7 +407,14 @@ pub fn generate_plain(
     sink: &mut dyn TokenSink,
 ) -> Result<Generation> {
     options.sampling.validate()?;
-    let (cached, prefill) = prefill_prompt(target, prompt)?;
+    if !start(target, prompt, sink)? {
+        return Ok(Generation::cancelled(prompt.len()));
+    }
+    let started = Instant::now();
+    let Some(cached) = prefill_prompt(target, prompt, sink)? else {
+        return Ok(Generation::cancelled(prompt.len()));
+    };
+    let prefill = started.elapsed();
     let mut sampler = Sampler::new(options.sampling.clone());
     let mut reply = Reply::new(tokenizer, prompt, options, sink);
     while !reply.is_done() {
@@ -355,7 +423,7 @@ pub fn generate_plain(
             break;
         }
         let logits = target.advance_to(&reply.context)?;
-        let choice = sampler.choose(&logits, &reply.context, reply.position());
+        let choice = sampler.choose(&logits, &reply.context, reply.position())?;
         reply.commit(choice.token, Source::Target, Some(choice.prob()), None)?;
     }
     let decode = reply.decode_elapsed();

@@ -22,12 +22,13 @@ pub mod kv_cache;
 pub mod models;
 pub mod quant;
 pub mod sampling;
+pub mod service;
 pub mod session;
 pub mod speculative;
 pub mod tokenizer;
 
 pub use chat::{ChatTemplate, Message, Role};
-pub use error::{Error, Result};
+pub use error::{Error, ErrorInfo, Result};
 pub use generate::{
     generate_plain, CachedModel, FinishReason, Flow, GenerateOptions, Generation, GenerationStats, NullSink, Source,
     SpeculativeStats, StepEvent, TokenEvent, TokenSink,
@@ -35,7 +36,7 @@ pub use generate::{
 pub use inspect::{check_draft_for, inspect, ModelCard};
 pub use models::{CausalLm, ModelInfo};
 pub use sampling::{Mode, SamplingParams};
-pub use session::{DrafterKind, Session};
+pub use session::{Decoding, DrafterKind, Session};
 pub use speculative::{check_pair, generate_speculative, DraftModel, Drafter, KSetting, SpeculativeOptions};
 pub use tokenizer::Tokenizer;
 

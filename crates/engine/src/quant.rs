@@ -233,16 +233,19 @@ mod tests {
     }
 
     #[test]
-    fn agrees_with_candle_qmatmul() {
-        for dtype in [GgmlDType::Q4K, GgmlDType::Q6K, GgmlDType::Q8_0] {
+    fn agrees_with_the_dense_product_to_activation_precision() {
+        // The reference is the f32 product with the dequantized weights: ours differs from it
+        // only by the 8-bit rounding of the activations. (candle's own QMatMul is no reference
+        // on every host: on an AVX-512 one its Q8_0 path was 3% off this product.)
+        for dtype in [GgmlDType::Q4K, GgmlDType::Q6K, GgmlDType::Q8_0, GgmlDType::Q5_0] {
             let w = QTensor::quantize(&random((64, 512), 3), dtype).unwrap();
-            let reference = QMatMul::from_qtensor(QTensor::quantize(&random((64, 512), 3), dtype).unwrap()).unwrap();
+            let dense = w.dequantize(&Device::Cpu).unwrap();
             let x = random((11, 512), 4);
+            let theirs: Vec<f32> = x.matmul(&dense.t().unwrap()).unwrap().flatten_all().unwrap().to_vec1().unwrap();
             let ours: Vec<f32> =
                 QLinear::new(w, None).unwrap().forward(&x).unwrap().flatten_all().unwrap().to_vec1().unwrap();
-            let theirs: Vec<f32> = reference.forward(&x).unwrap().flatten_all().unwrap().to_vec1().unwrap();
             for (a, b) in ours.iter().zip(&theirs) {
-                assert!((a - b).abs() < 1e-3 * (1.0 + b.abs()), "{dtype:?}: {a} vs {b}");
+                assert!((a - b).abs() < 1e-2 * (1.0 + b.abs()), "{dtype:?}: {a} vs {b}");
             }
         }
     }

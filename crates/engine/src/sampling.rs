@@ -112,14 +112,17 @@ impl SamplingParams {
 
     /// The distribution tokens are drawn from: penalty, temperature, top-k, top-p, min-p,
     /// renormalised. In greedy mode it is the plain softmax (for display: p and q).
-    pub fn probabilities(&self, logits: &[f32], history: &[u32]) -> Vec<f32> {
+    /// An error when the scores hold NaN or infinities (corrupt weights give them), which
+    /// would otherwise leave no token to draw.
+    pub fn probabilities(&self, logits: &[f32], history: &[u32]) -> Result<Vec<f32>> {
+        check_logits(logits)?;
         let logits = self.penalized(logits, history);
         if self.effective_mode() == Mode::Greedy {
-            return softmax(&logits, 1.0);
+            return Ok(softmax(&logits, 1.0));
         }
         let mut probs = softmax(&logits, self.temperature);
         truncate_distribution(&mut probs, self.top_k, self.top_p, self.min_p);
-        probs
+        Ok(probs)
     }
 
     /// The greedy token: argmax of the penalised logits (first index on ties).
@@ -159,19 +162,31 @@ impl Sampler {
     }
 
     /// The token at reply `position` after `history`, given its logits.
-    pub fn choose(&mut self, logits: &[f32], history: &[u32], position: usize) -> Choice {
-        let probs = self.params.probabilities(logits, history);
+    pub fn choose(&mut self, logits: &[f32], history: &[u32], position: usize) -> Result<Choice> {
+        let probs = self.params.probabilities(logits, history)?;
         let token = match self.mode() {
             Mode::Greedy => self.params.greedy_token(logits, history),
             Mode::Reproducible => gumbel_token(&probs, self.params.seed, position),
             Mode::Sample => sample(&probs, &mut self.rng),
         };
-        Choice { token, probs }
+        Ok(Choice { token, probs })
     }
 
     pub fn rng(&mut self) -> &mut rand::rngs::StdRng {
         &mut self.rng
     }
+}
+
+/// Scores a distribution can be made from: no NaN or +inf, and at least one token finite
+/// (-inf marks a token that must not be drawn).
+fn check_logits(logits: &[f32]) -> Result<()> {
+    if let Some(id) = logits.iter().position(|l| l.is_nan() || *l == f32::INFINITY) {
+        return Err(Error::InvalidLogits(format!("token {id} scored {}", logits[id])));
+    }
+    if !logits.iter().any(|l| l.is_finite()) {
+        return Err(Error::InvalidLogits("no token has a finite score".into()));
+    }
+    Ok(())
 }
 
 pub fn argmax(values: &[f32]) -> u32 {
@@ -295,14 +310,14 @@ mod tests {
         let logits: Vec<f32> = [4.0f32, 3.0, 2.0, 1.0, 0.0].iter().map(|x| x.ln()).collect();
         // probs 0.4, 0.3, 0.2, 0.1, 0
         let params = SamplingParams { temperature: 1.0, top_k: 0, top_p: 0.65, min_p: 0.0, ..Default::default() };
-        let p = params.probabilities(&logits, &[]);
+        let p = params.probabilities(&logits, &[]).unwrap();
         assert!((p[0] - 4.0 / 7.0).abs() < 1e-6 && (p[1] - 3.0 / 7.0).abs() < 1e-6, "{p:?}");
         assert_eq!(&p[2..], &[0.0, 0.0, 0.0]);
         let params = SamplingParams { temperature: 1.0, top_k: 3, top_p: 1.0, min_p: 0.0, ..Default::default() };
-        let p = params.probabilities(&logits, &[]);
+        let p = params.probabilities(&logits, &[]).unwrap();
         assert_eq!(p.iter().filter(|&&x| x > 0.0).count(), 3);
         let params = SamplingParams { temperature: 1.0, top_k: 0, top_p: 1.0, min_p: 0.5, ..Default::default() };
-        let p = params.probabilities(&logits, &[]);
+        let p = params.probabilities(&logits, &[]).unwrap();
         assert_eq!(p.iter().filter(|&&x| x > 0.0).count(), 3, "0.2 >= 0.4 * 0.5 stays: {p:?}");
     }
 
@@ -310,8 +325,19 @@ mod tests {
     fn top_p_grows_the_sorted_head_when_needed() {
         let logits = vec![0.0f32; 1000];
         let params = SamplingParams { temperature: 1.0, top_k: 0, top_p: 0.5, min_p: 0.0, ..Default::default() };
-        let p = params.probabilities(&logits, &[]);
+        let p = params.probabilities(&logits, &[]).unwrap();
         assert_eq!(p.iter().filter(|&&x| x > 0.0).count(), 500);
+    }
+
+    #[test]
+    fn nan_or_infinite_scores_are_an_error_not_a_panic() {
+        let mut sampler = Sampler::new(SamplingParams::default());
+        for bad in [vec![0.5, f32::NAN, 1.0], vec![f32::INFINITY, 0.0], vec![f32::NEG_INFINITY; 4], vec![]] {
+            let err = sampler.choose(&bad, &[], 0).err().expect("an error");
+            assert_eq!(err.code(), "invalid_logits", "{bad:?}");
+        }
+        let greedy = SamplingParams::greedy();
+        assert!(greedy.probabilities(&[f32::NAN], &[]).is_err());
     }
 
     #[test]

@@ -4,7 +4,7 @@ use crate::chat::Message;
 use crate::error::{Error, Result};
 use crate::generate::{GenerateOptions, Generation, TokenSink};
 use crate::speculative::{
-    check_pair, generate_speculative, CostModel, DraftModel, Drafter, PromptLookup, SpeculativeOptions,
+    check_pair, generate_speculative, CostModel, DraftModel, Drafter, KSetting, PromptLookup, SpeculativeOptions,
 };
 use crate::{LoadedModel, ModelInfo};
 use candle_core::Device;
@@ -34,39 +34,50 @@ impl std::str::FromStr for DrafterKind {
     }
 }
 
+/// How one reply is decoded: who drafts and how far. A value every call carries, so no
+/// reply's choice can outlive it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Decoding {
+    pub drafter: DrafterKind,
+    pub k: KSetting,
+}
+
+impl Decoding {
+    pub fn plain() -> Self {
+        Self { drafter: DrafterKind::None, k: KSetting::default() }
+    }
+}
+
+/// The loaded models and what they have measured. It holds no per-reply settings: those
+/// come with each call as a [`Decoding`].
 pub struct Session {
     pub target: LoadedModel,
     draft: Option<(DraftModel, ModelInfo)>,
     lookup: PromptLookup,
-    drafter: DrafterKind,
-    pub speculative: SpeculativeOptions,
     /// What each drafter's steps have cost so far, kept across replies.
     costs: std::collections::HashMap<DrafterKind, CostModel>,
 }
 
 impl Session {
     pub fn new(target: LoadedModel) -> Self {
-        Self {
-            target,
-            draft: None,
-            lookup: PromptLookup::default(),
-            drafter: DrafterKind::None,
-            speculative: SpeculativeOptions::default(),
-            costs: Default::default(),
+        Self { target, draft: None, lookup: PromptLookup::default(), costs: Default::default() }
+    }
+
+    /// The drafter a reply gets when it asks for none: the draft model when one is loaded.
+    pub fn default_drafter(&self) -> DrafterKind {
+        match self.draft {
+            Some(_) => DrafterKind::Model,
+            None => DrafterKind::None,
         }
     }
 
-    pub fn drafter(&self) -> DrafterKind {
-        self.drafter
-    }
-
-    /// Choose the drafter for the next replies; the draft model must be loaded to be chosen.
-    pub fn set_drafter(&mut self, kind: DrafterKind) -> Result<()> {
-        if kind == DrafterKind::Model && self.draft.is_none() {
-            return Err(Error::InvalidSetting("no draft model is loaded".into()));
+    /// Forget every cached position of every model: after a failure part-way through a
+    /// reply, the caches are known to be consistent only when empty.
+    pub fn reset_caches(&mut self) {
+        self.target.model.truncate(0);
+        if let Some((draft, _)) = &mut self.draft {
+            draft.rollback(0);
         }
-        self.drafter = kind;
-        Ok(())
     }
 
     pub fn load(target: impl AsRef<Path>, device: &Device, context: usize) -> Result<Self> {
@@ -83,16 +94,12 @@ impl Session {
     pub fn set_draft(&mut self, draft: LoadedModel) -> Result<&ModelInfo> {
         check_pair(&self.target.tokenizer, &draft.tokenizer)?;
         let info = draft.info.clone();
-        self.drafter = DrafterKind::Model;
         self.costs.remove(&DrafterKind::Model);
         Ok(&self.draft.insert((DraftModel::new(draft.model), info)).1)
     }
 
     pub fn clear_draft(&mut self) {
         self.draft = None;
-        if self.drafter == DrafterKind::Model {
-            self.drafter = DrafterKind::None;
-        }
     }
 
     pub fn draft_info(&self) -> Option<&ModelInfo> {
@@ -103,30 +110,26 @@ impl Session {
         self.target.chat_prompt(messages)
     }
 
-    /// A reply to `prompt` with the chosen drafter (plain decoding when none).
+    /// A reply to `prompt` decoded as `decoding` says (plain when its drafter is none).
     pub fn generate(
         &mut self,
         prompt: &[u32],
         options: &GenerateOptions,
+        decoding: Decoding,
         sink: &mut dyn TokenSink,
     ) -> Result<Generation> {
-        let drafter: &mut dyn Drafter = match (self.drafter, &mut self.draft) {
+        let drafter: &mut dyn Drafter = match (decoding.drafter, &mut self.draft) {
             (DrafterKind::Model, Some((draft, _))) => draft,
+            (DrafterKind::Model, None) => {
+                return Err(Error::InvalidSetting("no draft model is loaded: choose prompt lookup or none".into()))
+            }
             (DrafterKind::Lookup, _) => &mut self.lookup,
-            _ => return self.generate_plain(prompt, options, sink),
+            (DrafterKind::None, _) => return self.generate_plain(prompt, options, sink),
         };
         let target = &mut self.target;
-        let costs = self.costs.entry(self.drafter).or_default();
-        generate_speculative(
-            &mut target.model,
-            drafter,
-            &target.tokenizer,
-            prompt,
-            options,
-            &self.speculative,
-            costs,
-            sink,
-        )
+        let costs = self.costs.entry(decoding.drafter).or_default();
+        let spec = SpeculativeOptions { k: decoding.k, ..Default::default() };
+        generate_speculative(&mut target.model, drafter, &target.tokenizer, prompt, options, &spec, costs, sink)
     }
 
     /// A plain reply even when a draft is loaded: the reference for comparisons.

@@ -3,8 +3,9 @@
 //! tokens matches the target's exact distribution (chi-square, p > 0.001). The same test
 //! rejects a deliberately wrong rule (accept every draft), which shows it has power.
 
-use candle_core::{Device, Tensor};
-use specula_engine::models::decoder::{Decoder, DecoderConfig, RopeStyle};
+mod common;
+
+use common::tiny::Tiny;
 use specula_engine::sampling::Sampler;
 use specula_engine::speculative::{
     accept_sampled, generate_speculative, CostModel, DraftModel, Drafter, KSetting, Outcome, SpeculativeOptions,
@@ -14,77 +15,23 @@ use statrs::distribution::{ChiSquared, ContinuousCDF};
 use std::collections::HashMap;
 
 const VOCAB: usize = 16;
-const HIDDEN: usize = 16;
 const RUNS: usize = 20_000;
 const PROMPT: [u32; 2] = [3, 7];
 
-fn config() -> DecoderConfig {
-    DecoderConfig {
-        n_layer: 1,
-        n_head: 2,
-        n_kv_head: 1,
-        head_dim: 8,
-        hidden: HIDDEN,
-        rms_eps: 1e-5,
-        rope_base: 10_000.0,
-        rope_style: RopeStyle::Neox,
-        trained_context: 64,
-        quirks: Default::default(),
-    }
-}
-
-fn random(shape: (usize, usize), scale: f32, state: &mut u64) -> Tensor {
-    let data: Vec<f32> = (0..shape.0 * shape.1)
-        .map(|_| {
-            *state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            (((*state >> 33) as f32 / (1u64 << 31) as f32) - 0.5) * scale
-        })
-        .collect();
-    Tensor::from_vec(data, shape, &Device::Cpu).unwrap()
-}
-
-/// A tiny model with weights from `seed`; `noise` perturbs them with a second stream, so a
-/// draft can be a relative of the target (as real drafts are) yet differ from it.
 fn tiny_model(seed: u64, noise: f32) -> CachedModel {
-    let mut state = seed;
-    let mut noise_state = seed ^ 0xABCD_EF01;
-    let mut random = |shape: (usize, usize), scale: f32, state: &mut u64| -> Tensor {
-        let base = random(shape, scale, state);
-        if noise == 0.0 {
-            return base;
-        }
-        (base + random(shape, scale * noise, &mut noise_state)).unwrap()
-    };
-    let ones = Tensor::ones(HIDDEN, candle_core::DType::F32, &Device::Cpu).unwrap();
-    let mut w: HashMap<String, Tensor> = HashMap::new();
-    w.insert("token_embd.weight".into(), random((VOCAB, HIDDEN), 2.0, &mut state));
-    w.insert("output.weight".into(), random((VOCAB, HIDDEN), 3.0, &mut state));
-    w.insert("output_norm.weight".into(), ones.clone());
-    w.insert("blk.0.attn_norm.weight".into(), ones.clone());
-    w.insert("blk.0.ffn_norm.weight".into(), ones);
-    for (name, shape) in [
-        ("attn_q", (16, HIDDEN)),
-        ("attn_k", (8, HIDDEN)),
-        ("attn_v", (8, HIDDEN)),
-        ("attn_output", (HIDDEN, 16)),
-        ("ffn_gate", (32, HIDDEN)),
-        ("ffn_up", (32, HIDDEN)),
-        ("ffn_down", (HIDDEN, 32)),
-    ] {
-        w.insert(format!("blk.0.{name}.weight"), random(shape, 1.0, &mut state));
-    }
-    CachedModel::new(Box::new(Decoder::load(config(), &mut w, &Device::Cpu, 16).unwrap()))
+    Tiny::stats(seed, noise).model()
 }
 
 fn tokenizer() -> Tokenizer {
-    Tokenizer::from_vocab((0..VOCAB).map(|i| format!("t{i}")).collect()).unwrap()
+    Tiny::stats(0, 0.0).tokenizer()
 }
 
 /// The target's exact probability of every 3-token continuation, by enumeration.
 fn exact_joint(target: &mut CachedModel, params: &SamplingParams) -> Vec<f64> {
     let mut joint = vec![0f64; VOCAB.pow(3)];
-    let probs =
-        |model: &mut CachedModel, context: &[u32]| params.probabilities(&model.advance_to(context).unwrap(), context);
+    let probs = |model: &mut CachedModel, context: &[u32]| {
+        params.probabilities(&model.advance_to(context).unwrap(), context).unwrap()
+    };
     let p1 = probs(target, &PROMPT);
     for a in 0..VOCAB {
         if p1[a] == 0.0 {
@@ -226,7 +173,7 @@ fn a_draft_catches_up_on_plain_steps_without_changing_its_proposals() {
     let mut caught_up = DraftModel::new(tiny_model(2, 0.5));
     let mut lazy = DraftModel::new(tiny_model(2, 0.5));
     for draft in [&mut caught_up, &mut lazy] {
-        draft.prefill(&context[..3]).unwrap();
+        draft.prefill(&context[..3], &mut |_, _| specula_engine::Flow::Continue).unwrap();
     }
     caught_up.catch_up(&context).unwrap();
     assert_eq!(caught_up.cached_len(), context.len() - 2);

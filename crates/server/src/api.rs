@@ -1,6 +1,7 @@
 //! OpenAI's request and response shapes, with Specula's extensions under `specula`.
 
 use serde::{Deserialize, Serialize};
+use specula_engine::speculative::KSetting;
 use specula_engine::{DrafterKind, Generation, GenerationStats, Message, Mode, StepEvent, TokenEvent};
 
 #[derive(Debug, Deserialize)]
@@ -59,7 +60,7 @@ impl Stop {
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct SpeculativeOverride {
     /// A number from 1 to 16, or "auto".
-    pub k: Option<serde_json::Value>,
+    pub k: Option<KSetting>,
     pub mode: Option<Mode>,
     pub drafter: Option<DrafterKind>,
 }
@@ -107,13 +108,9 @@ pub struct Extension {
     pub stats: Option<GenerationStats>,
 }
 
-/// OpenAI's finish reasons: "stop" or "length".
+/// The engine's one mapping of how a reply ended ("stop", "length", "cancelled").
 pub fn finish_reason(g: &Generation) -> &'static str {
-    use specula_engine::FinishReason::*;
-    match g.finish_reason {
-        EndOfTurn | StopString | Cancelled => "stop",
-        MaxTokens | ContextFull => "length",
-    }
+    g.finish_reason.as_str()
 }
 
 #[derive(Serialize)]

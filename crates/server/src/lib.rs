@@ -1,11 +1,12 @@
-//! `specula serve`: an OpenAI-compatible HTTP API over one engine, with each token's
+//! `specula serve`: an OpenAI-compatible HTTP API over the engine service, with each token's
 //! provenance in a `specula` extension field and the speculative stats at the end.
 //!
-//! Requests are served in order by one engine thread ([`worker`]); a client that disconnects
-//! cancels its generation, and a full queue answers 503 with Retry-After.
+//! This file only adapts: HTTP requests become service [`Request`]s, ticket events become a
+//! JSON body or SSE chunks. A client that disconnects drops its ticket, which cancels the
+//! reply wherever it is (queued, reading the prompt, decoding); a full queue answers 503 with
+//! Retry-After; a request past `request_timeout` is cancelled.
 
 pub mod api;
-pub mod worker;
 
 use api::*;
 use axum::extract::rejection::JsonRejection;
@@ -15,40 +16,33 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use specula_engine::speculative::KSetting;
-use specula_engine::{DrafterKind, Error, GenerateOptions, Generation, SamplingParams, Session};
+use specula_engine::service::{EngineHandle, EngineState, Event, Prompt, Request, ServiceConfig, Ticket};
+use specula_engine::{Error, GenerateOptions, Generation, SamplingParams, Session};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
-use tokio::sync::mpsc;
-use worker::{Event, Job, Prompt, Worker};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub struct ServerConfig {
     /// The id clients name in `model`.
     pub model_id: String,
     pub api_key: Option<String>,
-    /// Jobs queued or running before new ones get 503.
-    pub max_queue: usize,
     /// Serve the built web UI from here.
     pub ui_dir: Option<PathBuf>,
+    /// A request not done after this long, queued time included, is cancelled.
+    pub request_timeout: Duration,
 }
 
 struct AppState {
-    worker: Worker,
+    engine: EngineHandle,
     config: ServerConfig,
-    /// The draft model's name, when one is loaded, and the drafter requests get by default.
-    draft_id: Option<String>,
-    drafter: DrafterKind,
 }
 
 type Shared = Arc<AppState>;
 
-/// The router over an engine thread that owns `session`.
-pub fn router(session: Session, config: ServerConfig) -> Router {
+/// The router over an engine service.
+pub fn router(engine: EngineHandle, config: ServerConfig) -> Router {
     let ui_dir = config.ui_dir.clone();
-    let draft_id = session.draft_info().map(|info| info.name.clone());
-    let drafter = session.drafter();
-    let state = Arc::new(AppState { worker: Worker::spawn(session), config, draft_id, drafter });
+    let state = Arc::new(AppState { engine, config });
     let api = Router::new()
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat_completions))
@@ -61,11 +55,16 @@ pub fn router(session: Session, config: ServerConfig) -> Router {
     }
 }
 
-/// Bind and serve until Ctrl-C.
-pub async fn serve(session: Session, config: ServerConfig, addr: std::net::SocketAddr) -> std::io::Result<()> {
+/// Bind and serve `session` through an engine service until Ctrl-C.
+pub async fn serve(
+    session: Session,
+    engine: ServiceConfig,
+    config: ServerConfig,
+    addr: std::net::SocketAddr,
+) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     eprintln!("specula serve: http://{}", listener.local_addr()?);
-    axum::serve(listener, router(session, config))
+    axum::serve(listener, router(EngineHandle::spawn(session, engine), config))
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
         })
@@ -104,7 +103,18 @@ impl From<Error> for ApiError {
             Error::InvalidSetting(_) | Error::Template(_) | Error::Tokenizer(_) => {
                 Self::bad_request(e.code(), e.to_string())
             }
-            other => Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "internal_error", other.to_string()),
+            Error::Busy { .. } => {
+                let mut err = Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "server_error",
+                    "queue_full",
+                    "The server is busy: too many requests are queued. Retry shortly.",
+                );
+                err.retry_after = Some(2);
+                err
+            }
+            Error::NoModel(_) => Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", e.code(), e.to_string()),
+            other => Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", other.code(), other.to_string()),
         }
     }
 }
@@ -160,14 +170,25 @@ fn parse<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
 
 // ----- handlers -----
 
-async fn health(State(state): State<Shared>) -> Json<serde_json::Value> {
-    Json(serde_json::json!({
-        "status": "ok",
-        "pending": state.worker.pending(),
+/// 200 with `"status": "ok"` only while a model is loaded and serving; 503 otherwise, with
+/// the reason. The last reply that failed inside the engine is reported either way.
+async fn health(State(state): State<Shared>) -> Response {
+    let health = state.engine.health();
+    let ready = health.state == EngineState::Ready;
+    let body = serde_json::json!({
+        "status": if ready { "ok" } else { "unavailable" },
+        "state": health.state,
+        "pending": health.pending,
         "model": state.config.model_id,
-        "draft": state.draft_id,
-        "drafter": state.drafter,
-    }))
+        "draft": health.draft.as_ref().map(|d| &d.info.name),
+        "drafter": health.default_drafter,
+        "k": health.default_k,
+        "device": health.device,
+        "error": health.error,
+        "last_failure": health.last_failure,
+    });
+    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, Json(body)).into_response()
 }
 
 async fn models(State(state): State<Shared>, headers: HeaderMap) -> Result<Json<ModelList>, ApiError> {
@@ -191,9 +212,8 @@ async fn chat_completions(
     authorize(&state, &headers)?;
     let request = parse(body)?;
     check_model(&state, &request.model)?;
-    let kind = Kind::Chat;
-    let job = job(Prompt::Chat(request.messages), request.sampling, request.speculative)?;
-    run(state, job, request.stream, kind, request.model).await
+    let job = job(&state, Prompt::Chat(request.messages), request.sampling, request.speculative)?;
+    run(state, job, request.stream, Kind::Chat, request.model).await
 }
 
 async fn completions(
@@ -204,7 +224,7 @@ async fn completions(
     authorize(&state, &headers)?;
     let request = parse(body)?;
     check_model(&state, &request.model)?;
-    let job = job(Prompt::Raw(request.prompt), request.sampling, request.speculative)?;
+    let job = job(&state, Prompt::Text(request.prompt), request.sampling, request.speculative)?;
     run(state, job, request.stream, Kind::Text, request.model).await
 }
 
@@ -214,11 +234,13 @@ enum Kind {
     Text,
 }
 
+/// The service request for an API call: every option it carries, as values.
 fn job(
+    state: &AppState,
     prompt: Prompt,
     fields: SamplingFields,
     spec: Option<SpeculativeOverride>,
-) -> Result<(Prompt, GenerateOptions, SpeculativeOverride), ApiError> {
+) -> Result<Request, ApiError> {
     let defaults = SamplingParams::default();
     let spec = spec.unwrap_or_default();
     let sampling = SamplingParams {
@@ -235,70 +257,38 @@ fn job(
         sampling,
         stop: fields.stop.map(Stop::into_vec).unwrap_or_default(),
     };
-    Ok((prompt, options, spec))
+    let mut request = Request::new(prompt, options);
+    request.k = spec.k;
+    request.drafter = spec.drafter;
+    request.deadline = Some(Instant::now() + state.config.request_timeout);
+    Ok(request)
 }
 
-fn parse_k(value: &Option<serde_json::Value>) -> Result<Option<KSetting>, ApiError> {
-    let Some(value) = value else { return Ok(None) };
-    let text = match value {
-        serde_json::Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
-    text.parse().map(Some).map_err(|e: Error| ApiError::bad_request("invalid_value", e.to_string()))
+fn engine_stopped() -> ApiError {
+    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "internal_error", "the engine stopped")
 }
 
-async fn run(
-    state: Shared,
-    (prompt, options, spec): (Prompt, GenerateOptions, SpeculativeOverride),
-    stream: bool,
-    kind: Kind,
-    model: String,
-) -> Result<Response, ApiError> {
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let job = Job { prompt, options, k: parse_k(&spec.k)?, drafter: spec.drafter, events: tx };
-    if !state.worker.submit(job, state.config.max_queue) {
-        let mut err = ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "server_error",
-            "queue_full",
-            "The server is busy: too many requests are queued. Retry shortly.",
-        );
-        err.retry_after = Some(2);
-        return Err(err);
-    }
-    // Wait for the job to start: a prompt too long for the context is a 400, not a stream.
-    match rx.recv().await {
-        Some(Event::Started { .. }) => {}
-        Some(Event::Failed(e)) => return Err(e.into()),
-        _ => {
-            return Err(ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "server_error",
-                "internal_error",
-                "the engine stopped",
-            ))
+async fn run(state: Shared, request: Request, stream: bool, kind: Kind, model: String) -> Result<Response, ApiError> {
+    let ticket = state.engine.submit(request)?;
+    let id = format!("{}-{}", if matches!(kind, Kind::Chat) { "chatcmpl" } else { "cmpl" }, now_nanos());
+    // Wait for the reply to start: a prompt too long for the context is a 400, not a stream.
+    loop {
+        match ticket.recv_async().await.ok_or_else(engine_stopped)? {
+            Event::Started { .. } => break,
+            Event::Failed(e) => return Err(e.into()),
+            // Cancelled before it started (its deadline passed in the queue).
+            Event::Done(generation) => return Ok(Json(full_response(&generation, &id, &model, kind)).into_response()),
+            Event::Prefill { .. } | Event::Token(_) | Event::Step(_) => {}
         }
     }
-    let id = format!("{}-{}", if matches!(kind, Kind::Chat) { "chatcmpl" } else { "cmpl" }, now_nanos());
     if stream {
-        Ok(stream_response(rx, id, model, kind).into_response())
-    } else {
-        loop {
-            match rx.recv().await {
-                Some(Event::Done(generation)) => {
-                    return Ok(Json(full_response(&generation, &id, &model, kind)).into_response())
-                }
-                Some(Event::Failed(e)) => return Err(e.into()),
-                Some(_) => continue,
-                None => {
-                    return Err(ApiError::new(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "server_error",
-                        "internal_error",
-                        "the engine stopped",
-                    ))
-                }
-            }
+        return Ok(stream_response(ticket, id, model, kind).into_response());
+    }
+    loop {
+        match ticket.recv_async().await.ok_or_else(engine_stopped)? {
+            Event::Done(generation) => return Ok(Json(full_response(&generation, &id, &model, kind)).into_response()),
+            Event::Failed(e) => return Err(e.into()),
+            _ => continue,
         }
     }
 }
@@ -359,16 +349,16 @@ fn chunk(
 }
 
 /// SSE chunks: one per token with its provenance, then the finish with the stats, then
-/// `[DONE]`. Dropping the stream (client gone) closes the channel, which stops the engine.
+/// `[DONE]`. Dropping the stream (client gone) drops the ticket, which stops the engine.
 fn stream_response(
-    mut rx: mpsc::UnboundedReceiver<Event>,
+    ticket: Ticket,
     id: String,
     model: String,
     kind: Kind,
 ) -> Sse<impl futures_util::Stream<Item = Result<SseEvent, std::convert::Infallible>>> {
     let events = async_stream::stream! {
         let mut first = true;
-        while let Some(event) = rx.recv().await {
+        while let Some(event) = ticket.recv_async().await {
             match event {
                 Event::Token(token) => {
                     let text = token.text.clone();
@@ -393,7 +383,7 @@ fn stream_response(
                     yield Ok(SseEvent::default().data(body.to_string()));
                     break;
                 }
-                Event::Started { .. } => {}
+                Event::Started { .. } | Event::Prefill { .. } => {}
             }
         }
         yield Ok(SseEvent::default().data("[DONE]"));

@@ -109,4 +109,13 @@ describe('SSE framing', () => {
     expect(splitSse('data: a\n\ndata: b\r\n\r\ndata: par')).toEqual({ events: ['a', 'b'], rest: 'data: par' });
     expect(splitSse(': keep-alive\n\n')).toEqual({ events: [], rest: '' });
   });
+
+  it('reads a 503 health as a status with the reason, not as a failure to connect', async () => {
+    const failed = { status: 'unavailable', state: 'failed', pending: 0, model: 'm', draft: null, drafter: 'none', error: { code: 'io', message: 'm.gguf: no such file' } };
+    const fetcher = (async () => new Response(JSON.stringify(failed), { status: 503 })) as unknown as typeof fetch;
+    const status = await new HttpBackend('http://x', localStorage, fetcher).status();
+    expect(status).toMatchObject({ state: 'failed', target: null, error: { code: 'io' } });
+    const broken = (async () => new Response('gateway down', { status: 503, statusText: 'Service Unavailable' })) as unknown as typeof fetch;
+    await expect(new HttpBackend('http://x', localStorage, broken).status()).rejects.toMatchObject({ code: 'http_503' });
+  });
 });

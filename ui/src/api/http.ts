@@ -27,9 +27,13 @@ import {
 const SETTINGS_KEY = 'specula.settings';
 
 interface Health {
+  state?: EngineStatus['state'];
   model: string;
   draft: string | null;
   drafter: EngineStatus['drafter'];
+  device?: string | null;
+  error?: BackendError | null;
+  last_failure?: BackendError | null;
 }
 
 export class HttpBackend implements Backend {
@@ -47,13 +51,25 @@ export class HttpBackend implements Backend {
 
   private async health(): Promise<Health> {
     const response = await this.fetcher(`${this.base}/health`);
-    if (!response.ok) throw await errorOf(response);
-    return (await response.json()) as Health;
+    // 503 still carries the health, with the reason the engine is not serving.
+    if (response.ok || response.status === 503) {
+      const health = (await response.json().catch(() => null)) as Health | null;
+      if (health?.model !== undefined) return health;
+    }
+    throw await errorOf(response);
   }
 
   async status(): Promise<EngineStatus> {
     const h = await this.health();
-    return { target: h.model, draft: h.draft, drafter: h.drafter, device: 'server' };
+    return {
+      state: h.state,
+      target: h.state === 'failed' ? null : h.model,
+      draft: h.draft,
+      drafter: h.drafter,
+      device: h.device ?? 'server',
+      ...(h.error ? { error: h.error } : {}),
+      ...(h.last_failure ? { last_failure: h.last_failure } : {}),
+    };
   }
 
   async models(): Promise<ModelEntry[]> {

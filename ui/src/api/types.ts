@@ -127,15 +127,22 @@ export interface ModelEntry {
   reason?: string;
 }
 
+/** The engine service's state (crates/engine/src/service): `failed` means no model could load. */
+export type EngineState = 'empty' | 'loading' | 'ready' | 'failed';
+
 export interface EngineStatus {
+  state?: EngineState;
   target: string | null;
   draft: string | null;
-  drafter: Drafter | null;
+  /** The drafter replies get when they name none (the browser transport). */
+  drafter?: Drafter | null;
   device: string;
   /** True while models load; replies wait for them. */
   loading?: boolean;
-  /** Set when the last load failed; the previous models stay usable. */
+  /** Set when the last load failed; the previous models, if any, stay usable. */
   error?: BackendError;
+  /** The last reply that failed inside the engine (which went on serving). */
+  last_failure?: BackendError;
 }
 
 /** Every failure the UI sees: `code` to switch on, `message` to show. */
@@ -146,6 +153,8 @@ export interface BackendError {
 
 export type ReplyEvent =
   | { kind: 'started'; prompt_tokens: number }
+  /** `done` of the `total` uncached prompt tokens are read. */
+  | { kind: 'prefill'; done: number; total: number }
   | { kind: 'token'; token: TokenEvent }
   | { kind: 'step'; step: StepEvent }
   | { kind: 'done'; stats: GenerationStats; finish_reason: string }

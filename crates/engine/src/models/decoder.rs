@@ -230,6 +230,10 @@ impl CausalLm for Decoder {
     fn vocab_size(&self) -> usize {
         self.vocab_size
     }
+
+    fn device(&self) -> Device {
+        self.norm.device().clone()
+    }
 }
 
 impl Layer {

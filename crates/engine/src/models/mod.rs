@@ -31,6 +31,10 @@ pub trait CausalLm: Send {
     /// Positions the cache can hold.
     fn capacity(&self) -> usize;
     fn vocab_size(&self) -> usize;
+    /// Where the weights live.
+    fn device(&self) -> Device {
+        Device::Cpu
+    }
 }
 
 /// Where a model's tensors come from: a GGUF file, or a map built in a test.

@@ -10,11 +10,49 @@ use serde::{Deserialize, Serialize};
 /// Largest draft length accepted anywhere (the CLI and UI call it k).
 pub const MAX_K: usize = 16;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+/// The draft length: a fixed k from 1 to [`MAX_K`], or auto (chosen each step, 0 included).
+/// One type end to end: it reads and writes as a number or `"auto"` in every JSON body and
+/// settings file, and parses from the same words on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KSetting {
     Fixed(usize),
     Auto { max: usize },
+}
+
+impl std::fmt::Display for KSetting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KSetting::Fixed(k) => write!(f, "{k}"),
+            KSetting::Auto { .. } => f.write_str("auto"),
+        }
+    }
+}
+
+impl Serialize for KSetting {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            KSetting::Fixed(k) => serializer.serialize_u64(*k as u64),
+            KSetting::Auto { .. } => serializer.serialize_str("auto"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for KSetting {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Wire {
+            Integer(i64),
+            Float(f64),
+            Text(String),
+        }
+        let text = match Wire::deserialize(deserializer)? {
+            Wire::Integer(k) => k.to_string(),
+            Wire::Float(k) => k.to_string(),
+            Wire::Text(s) => s,
+        };
+        text.parse().map_err(serde::de::Error::custom)
+    }
 }
 
 impl Default for KSetting {
@@ -436,6 +474,20 @@ mod tests {
         assert_eq!(m.catch_up_ms(), Some(30.0), "nothing fed, nothing learnt");
         m.record_catch_up(40, 400.0);
         assert_eq!(m.catch_up_ms(), Some(10.0));
+    }
+
+    #[test]
+    fn k_reads_and_writes_as_a_number_or_auto() {
+        let fixed: KSetting = serde_json::from_str("4").unwrap();
+        assert_eq!(fixed, KSetting::Fixed(4));
+        assert_eq!(serde_json::from_str::<KSetting>("\"6\"").unwrap(), KSetting::Fixed(6));
+        assert_eq!(serde_json::from_str::<KSetting>("\"auto\"").unwrap(), KSetting::default());
+        assert_eq!(serde_json::to_string(&KSetting::Fixed(4)).unwrap(), "4");
+        assert_eq!(serde_json::to_string(&KSetting::default()).unwrap(), "\"auto\"");
+        for bad in ["0", "17", "-1", "\"fast\"", "2.5", "null"] {
+            let err = serde_json::from_str::<KSetting>(bad).unwrap_err().to_string();
+            assert!(bad == "null" || err.contains("expected 1 to 16 or auto"), "{bad}: {err}");
+        }
     }
 
     #[test]

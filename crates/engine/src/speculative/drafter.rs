@@ -2,7 +2,7 @@
 //! lookup (n-grams from the conversation) is another.
 
 use crate::error::Result;
-use crate::generate::CachedModel;
+use crate::generate::{CachedModel, Progress};
 use crate::sampling::Sampler;
 
 /// One proposed token and the drafter's distribution at its position (after the same
@@ -44,8 +44,8 @@ impl Draft {
 pub trait Drafter {
     fn name(&self) -> &str;
     /// Get ready for a reply to `context` (the prompt), e.g. by prefilling a cache; returns
-    /// how many tokens it had to feed.
-    fn prefill(&mut self, context: &[u32]) -> Result<usize>;
+    /// how many tokens it had to feed, or `None` when `progress` said stop.
+    fn prefill(&mut self, context: &[u32], progress: Progress) -> Result<Option<usize>>;
     /// Up to `k` tokens continuing `context`; the first is at reply `position`.
     fn propose(&mut self, context: &[u32], k: usize, sampler: &mut Sampler, position: usize) -> Result<Vec<Draft>>;
     /// Feed what a cache missed while steps went without drafting, leaving only what a normal
@@ -92,8 +92,8 @@ impl Drafter for DraftModel {
         "model"
     }
 
-    fn prefill(&mut self, context: &[u32]) -> Result<usize> {
-        self.model.prefill(&context[..context.len().saturating_sub(1)])
+    fn prefill(&mut self, context: &[u32], progress: Progress) -> Result<Option<usize>> {
+        self.model.prefill_with(&context[..context.len().saturating_sub(1)], progress)
     }
 
     fn propose(&mut self, context: &[u32], k: usize, sampler: &mut Sampler, position: usize) -> Result<Vec<Draft>> {
@@ -104,7 +104,7 @@ impl Drafter for DraftModel {
             // The first call also feeds what the cache lacks: the last committed token, and
             // the final draft of the previous step when all of them were accepted.
             let logits = self.model.advance_to(&history)?;
-            let choice = sampler.choose(&logits, &history, position + i);
+            let choice = sampler.choose(&logits, &history, position + i)?;
             history.push(choice.token);
             drafts.push(Draft { token: choice.token, probs: choice.probs });
         }

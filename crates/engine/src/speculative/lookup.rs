@@ -4,6 +4,7 @@
 
 use super::drafter::{Draft, Drafter};
 use crate::error::Result;
+use crate::generate::Progress;
 use crate::sampling::Sampler;
 
 pub struct PromptLookup {
@@ -43,8 +44,8 @@ impl Drafter for PromptLookup {
         "lookup"
     }
 
-    fn prefill(&mut self, _context: &[u32]) -> Result<usize> {
-        Ok(0)
+    fn prefill(&mut self, _context: &[u32], _progress: Progress) -> Result<Option<usize>> {
+        Ok(Some(0))
     }
 
     fn propose(&mut self, context: &[u32], k: usize, _sampler: &mut Sampler, _position: usize) -> Result<Vec<Draft>> {

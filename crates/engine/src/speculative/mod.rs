@@ -13,7 +13,7 @@ pub use lookup::PromptLookup;
 
 use crate::error::{Error, Result};
 use crate::generate::{
-    check_context, ms, prefill_prompt, CachedModel, FinishReason, GenerateOptions, Generation, GenerationStats, Reply,
+    ms, prefill_prompt, start, CachedModel, FinishReason, Flow, GenerateOptions, Generation, GenerationStats, Reply,
     Source, SpeculativeStats, StepEvent, TokenSink,
 };
 use crate::sampling::{gumbel_token, Mode, Sampler};
@@ -94,10 +94,19 @@ pub fn generate_speculative(
     sink: &mut dyn TokenSink,
 ) -> Result<Generation> {
     options.sampling.validate()?;
+    if !start(target, prompt, sink)? {
+        return Ok(Generation::cancelled(prompt.len()));
+    }
     let started = Instant::now();
-    let cached = prefill_measuring_plain_step(target, prompt, costs)?;
+    let Some(cached) = prefill_measuring_plain_step(target, prompt, costs, sink)? else {
+        return Ok(Generation::cancelled(prompt.len()));
+    };
     let t = Instant::now();
-    let fed = drafter.prefill(prompt)?;
+    // The draft's prefill is cancellable too; progress stays at the target's 100%.
+    let total = prompt.len() - 1 - cached;
+    let Some(fed) = drafter.prefill(prompt, &mut |_, _| sink.on_prefill(total, total))? else {
+        return Ok(Generation::cancelled(prompt.len()));
+    };
     costs.record_catch_up(fed, ms(t.elapsed()));
     let prefill = started.elapsed();
     let mut sampler = Sampler::new(options.sampling.clone());
@@ -135,7 +144,7 @@ pub fn generate_speculative(
         let verify_ms = ms(t.elapsed());
 
         // 3. accept
-        let (outcome, p) = verify(&mut sampler, &reply.context, reply.position(), &drafts, &logits, spec);
+        let (outcome, p) = verify(&mut sampler, &reply.context, reply.position(), &drafts, &logits, spec)?;
 
         // 4. commit
         for (draft, p_i) in drafts.iter().zip(&p).take(outcome.accepted) {
@@ -177,18 +186,24 @@ pub fn generate_speculative(
 
 /// Prefill the prompt but its last token, feeding the one before that alone and timing it:
 /// a single-token target pass at this context, measured for free. The speedup figure and
-/// auto's choice of k both stand on it.
-fn prefill_measuring_plain_step(target: &mut CachedModel, prompt: &[u32], costs: &mut CostModel) -> Result<usize> {
+/// auto's choice of k both stand on it. `None` when the sink cancelled.
+fn prefill_measuring_plain_step(
+    target: &mut CachedModel,
+    prompt: &[u32],
+    costs: &mut CostModel,
+    sink: &mut dyn TokenSink,
+) -> Result<Option<usize>> {
     let n = prompt.len();
-    check_context(n, target.capacity())?;
     if n < 2 {
-        return Ok(prefill_prompt(target, prompt)?.0);
+        return prefill_prompt(target, prompt, sink);
     }
-    let (cached, _) = prefill_prompt(target, &prompt[..n - 1])?;
+    let Some(cached) = prefill_prompt(target, &prompt[..n - 1], sink)? else {
+        return Ok(None);
+    };
     let t = Instant::now();
     target.prefill(&prompt[..n - 1])?;
     costs.record_verify(1, ms(t.elapsed()));
-    Ok(cached)
+    Ok((sink.on_prefill(n - 1 - cached, n - 1 - cached) == Flow::Continue).then_some(cached))
 }
 
 /// The target's distributions at the k+1 positions and the acceptance outcome.
@@ -199,12 +214,12 @@ fn verify(
     drafts: &[Draft],
     logits: &[Vec<f32>],
     spec: &SpeculativeOptions,
-) -> (Outcome, Vec<Vec<f32>>) {
+) -> Result<(Outcome, Vec<Vec<f32>>)> {
     let mut history = context.to_vec();
     let mut p = Vec::with_capacity(logits.len());
     let mut choices = Vec::with_capacity(logits.len());
     for (i, row) in logits.iter().enumerate() {
-        let probs = sampler.params.probabilities(row, &history);
+        let probs = sampler.params.probabilities(row, &history)?;
         choices.push(match sampler.mode() {
             Mode::Greedy => sampler.params.greedy_token(row, &history),
             Mode::Reproducible => gumbel_token(&probs, sampler.params.seed, position + i),
@@ -224,7 +239,7 @@ fn verify(
             (spec.sampled_accept)(&tokens, &p, &q, sampler.rng())
         }
     };
-    (outcome, p)
+    Ok((outcome, p))
 }
 
 impl Totals {

@@ -2,6 +2,8 @@
 //! `scripts/fetch-models.sh`, and the golden files copied into `tests/data`.
 #![allow(dead_code)]
 
+pub mod tiny;
+
 use std::path::PathBuf;
 
 pub const TARGET: &str = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf";
@@ -49,3 +51,30 @@ pub const PROMPTS: [&str; 10] = [
     "Give three tips for writing a good cover letter.",
     "Explain why the sky is blue.",
 ];
+
+/// Checks that every step commits at least one token. (The cache lengths after every step are
+/// asserted inside the loop, which these debug-built tests run with assertions on.)
+#[derive(Default)]
+pub struct InvariantSink {
+    pub committed: usize,
+    pub at_last_step: usize,
+    pub steps: usize,
+}
+
+impl specula_engine::TokenSink for InvariantSink {
+    fn on_token(&mut self, _: &specula_engine::TokenEvent) -> specula_engine::Flow {
+        self.committed += 1;
+        specula_engine::Flow::Continue
+    }
+    fn on_step(&mut self, step: &specula_engine::StepEvent) -> specula_engine::Flow {
+        assert!(self.committed > self.at_last_step, "a step committed nothing");
+        assert_eq!(step.generated, self.committed);
+        self.at_last_step = self.committed;
+        self.steps += 1;
+        specula_engine::Flow::Continue
+    }
+}
+
+pub fn ids(g: &specula_engine::Generation) -> Vec<u32> {
+    g.tokens.iter().map(|t| t.id).collect()
+}

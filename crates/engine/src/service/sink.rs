@@ -1,0 +1,83 @@
+//! The sink each job decodes into: events onto the ticket's bounded channel, with the
+//! ticket's cancel flag, its deadline and a vanished or stalled reader all turned into
+//! [`Flow::Stop`].
+
+use super::{CancelHandle, Event, STALL_LIMIT};
+use crate::generate::{Flow, StepEvent, TokenEvent, TokenSink};
+use std::time::{Duration, Instant};
+
+/// How often a blocked send looks at the cancel flag and the deadline.
+const POLL: Duration = Duration::from_millis(50);
+
+pub(super) struct ChannelSink<'a> {
+    pub events: &'a flume::Sender<Event>,
+    pub cancel: &'a CancelHandle,
+    pub deadline: Option<Instant>,
+    /// The last prefill progress sent, so repeats are not.
+    pub prefill_sent: Option<usize>,
+}
+
+impl ChannelSink<'_> {
+    /// Whether the reply should stop: cancelled, past its deadline, or its reader gone.
+    pub fn should_stop(&self) -> bool {
+        self.cancel.is_cancelled()
+            || self.deadline.is_some_and(|d| Instant::now() >= d)
+            || self.events.is_disconnected()
+    }
+
+    /// Send `event`, waiting while the reader catches up (back-pressure), unless the reply is
+    /// stopped meanwhile or the reader takes nothing for [`STALL_LIMIT`].
+    fn deliver(&self, event: Event) -> Flow {
+        if self.should_stop() {
+            return Flow::Stop;
+        }
+        match self.send_patiently(event, |sink| sink.should_stop()) {
+            true => Flow::Continue,
+            false => Flow::Stop,
+        }
+    }
+
+    /// The last event of a job is delivered even when the job was cancelled (its reader wants
+    /// to know how it ended), unless the reader is gone or stalled.
+    pub fn deliver_last(&self, event: Event) {
+        if !self.send_patiently(event, |_| false) {
+            tracing::debug!("a reply's last event was not taken: its reader left");
+        }
+    }
+
+    fn send_patiently(&self, mut event: Event, give_up: impl Fn(&Self) -> bool) -> bool {
+        let started = Instant::now();
+        loop {
+            match self.events.send_timeout(event, POLL) {
+                Ok(()) => return true,
+                Err(flume::SendTimeoutError::Disconnected(_)) => return false,
+                Err(flume::SendTimeoutError::Timeout(back)) => event = back,
+            }
+            if give_up(self) || started.elapsed() >= STALL_LIMIT {
+                return false;
+            }
+        }
+    }
+}
+
+impl TokenSink for ChannelSink<'_> {
+    fn on_start(&mut self, prompt_tokens: usize) -> Flow {
+        self.deliver(Event::Started { prompt_tokens })
+    }
+
+    fn on_prefill(&mut self, done: usize, total: usize) -> Flow {
+        if self.prefill_sent == Some(done) {
+            return if self.should_stop() { Flow::Stop } else { Flow::Continue };
+        }
+        self.prefill_sent = Some(done);
+        self.deliver(Event::Prefill { done, total })
+    }
+
+    fn on_token(&mut self, token: &TokenEvent) -> Flow {
+        self.deliver(Event::Token(token.clone()))
+    }
+
+    fn on_step(&mut self, step: &StepEvent) -> Flow {
+        self.deliver(Event::Step(step.clone()))
+    }
+}

@@ -1,0 +1,214 @@
+//! The engine thread: it owns the models and runs jobs in order, each behind `catch_unwind`
+//! so that one failing job ends as an error and the next one runs.
+
+use super::sink::ChannelSink;
+use super::{
+    EngineState, Event, GenerateJob, Health, Job, LoadSpec, LoadedModelInfo, Prompt, Request, ServiceConfig, Shared,
+};
+use crate::device;
+use crate::error::{Error, ErrorInfo, Result};
+use crate::generate::Generation;
+use crate::session::{Decoding, DrafterKind, Session};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// The models as loaded and what they were loaded from, to reload only what changed.
+struct Loaded {
+    session: Session,
+    /// `None` for a session handed in already loaded.
+    spec: Option<LoadSpec>,
+    device: candle_core::Device,
+}
+
+pub(super) struct Worker {
+    loaded: Option<Loaded>,
+    shared: Arc<Shared>,
+}
+
+impl Worker {
+    pub fn new(session: Option<Session>, shared: Arc<Shared>) -> Self {
+        let loaded = session.map(|session| {
+            let device = session.target.model.model().device();
+            Loaded { session, spec: None, device }
+        });
+        let worker = Self { loaded, shared };
+        worker.publish(None);
+        worker
+    }
+
+    pub fn run(mut self, jobs: flume::Receiver<Job>) {
+        for job in jobs {
+            match job {
+                Job::Load(spec, answer) => {
+                    let result = self.load(&spec);
+                    let health = self.publish(result.as_ref().err().cloned());
+                    self.shared.loads.fetch_sub(1, Ordering::SeqCst);
+                    let _ = answer.send(result.map(|()| health));
+                }
+                Job::Generate(job) => self.serve(job),
+            }
+        }
+    }
+
+    /// Write what is loaded into the shared health; `error` is the last load's failure.
+    fn publish(&self, error: Option<ErrorInfo>) -> Health {
+        let loaded = self.loaded.as_ref();
+        let state = match (loaded, &error) {
+            (Some(_), _) => EngineState::Ready,
+            (None, Some(_)) => EngineState::Failed,
+            (None, None) => EngineState::Empty,
+        };
+        let config = &self.shared.config;
+        let mut snapshot = None;
+        self.shared.update_health(|h| {
+            h.state = state;
+            h.error = error;
+            h.target = loaded.map(|l| LoadedModelInfo {
+                path: l.spec.as_ref().map(|s| s.target.clone()),
+                info: l.session.target.info.clone(),
+            });
+            h.draft = loaded.and_then(|l| {
+                let info = l.session.draft_info()?.clone();
+                Some(LoadedModelInfo { path: l.spec.as_ref().and_then(|s| s.draft.clone()), info })
+            });
+            h.device = loaded.map(|l| device::describe(&l.device).to_string());
+            h.default_drafter = config
+                .default_drafter
+                .unwrap_or_else(|| loaded.map_or(DrafterKind::None, |l| l.session.default_drafter()));
+            snapshot = Some(h.clone());
+        });
+        snapshot.unwrap_or_else(|| Health::new(config))
+    }
+
+    /// Bring the loaded models in line with `spec`; a failure (a panic included) keeps what
+    /// was loaded.
+    fn load(&mut self, spec: &LoadSpec) -> std::result::Result<(), ErrorInfo> {
+        match catch_unwind(AssertUnwindSafe(|| self.load_unguarded(spec))) {
+            Ok(result) => result.map_err(ErrorInfo::from),
+            Err(panic) => {
+                let what = format!("loading {} panicked: {}", spec.target.display(), panic_message(&panic));
+                tracing::error!("{what}");
+                Err(ErrorInfo::from(Error::JobPanicked(what)))
+            }
+        }
+    }
+
+    fn load_unguarded(&mut self, spec: &LoadSpec) -> Result<()> {
+        let same_target = self
+            .loaded
+            .as_ref()
+            .and_then(|l| l.spec.as_ref())
+            .is_some_and(|s| s.target == spec.target && s.context == spec.context && s.device == spec.device);
+        if !same_target {
+            self.shared.update_health(|h| h.state = EngineState::Loading);
+            let device = device::select(&spec.device)?;
+            tracing::info!("loading target {}", spec.target.display());
+            let session = Session::load(&spec.target, &device, spec.context)?;
+            let spec = LoadSpec { draft: None, ..spec.clone() };
+            self.loaded = Some(Loaded { session, spec: Some(spec), device });
+        }
+        let Some(loaded) = self.loaded.as_mut() else { return Err(Error::NoModel("no target model".into())) };
+        let loaded_spec = loaded.spec.get_or_insert_with(|| LoadSpec { draft: None, ..spec.clone() });
+        if loaded_spec.draft == spec.draft {
+            return Ok(());
+        }
+        match &spec.draft {
+            Some(path) => {
+                self.shared.update_health(|h| h.state = EngineState::Loading);
+                tracing::info!("loading draft {}", path.display());
+                // A draft that fails to load or pair leaves the one before in place.
+                loaded.session.load_draft(path, &loaded.device)?;
+            }
+            None => loaded.session.clear_draft(),
+        }
+        loaded_spec.draft = spec.draft.clone();
+        Ok(())
+    }
+
+    fn serve(&mut self, job: GenerateJob) {
+        let GenerateJob { request, events, cancel, _slot: slot } = job;
+        let mut sink = ChannelSink { events: &events, cancel: &cancel, deadline: request.deadline, prefill_sent: None };
+        if sink.should_stop() {
+            // Cancelled or abandoned while queued.
+            drop(slot);
+            sink.deliver_last(Event::Done(Generation::cancelled(0)));
+            return;
+        }
+        let shared = self.shared.clone();
+        let attempt = match self.session_for(&request) {
+            Err(error) => Ok(Err(error)),
+            Ok(session) => {
+                let decoding = decoding_of(&request, &shared.config, session);
+                catch_unwind(AssertUnwindSafe(|| reply(session, &request, decoding, &mut sink)))
+            }
+        };
+        let outcome = attempt.unwrap_or_else(|panic| Err(self.recover(&panic)));
+        let event = match outcome {
+            Ok(generation) => Event::Done(generation),
+            Err(error) => {
+                if matches!(error, Error::InvalidLogits(_) | Error::Candle(_) | Error::JobPanicked(_)) {
+                    self.shared.update_health(|h| h.last_failure = Some(ErrorInfo::from(&error)));
+                }
+                Event::Failed(error)
+            }
+        };
+        // The job's place is free before its reader hears the end, so a reader that then asks
+        // for the health sees it gone.
+        drop(slot);
+        sink.deliver_last(event);
+    }
+
+    /// The loaded session, if it is the one `request` asks for.
+    fn session_for(&mut self, request: &Request) -> Result<&mut Session> {
+        let last_error = || self.shared.health.lock().ok().and_then(|h| h.error.clone());
+        let Some(loaded) = self.loaded.as_ref() else {
+            let why = last_error().map_or("load a target model first".into(), |e| e.message);
+            return Err(Error::NoModel(why));
+        };
+        if let Some(wanted) = &request.models {
+            if loaded.spec.as_ref() != Some(wanted) {
+                let why = last_error().map_or("the models asked for are not loaded".into(), |e| e.message);
+                return Err(Error::NoModel(why));
+            }
+        }
+        Ok(&mut self.loaded.as_mut().expect("checked above").session)
+    }
+
+    /// After a panic mid-reply the caches may disagree with what they claim to hold; empty
+    /// ones are known to be right. The models themselves are intact (weights are read-only).
+    fn recover(&mut self, panic: &Box<dyn std::any::Any + Send>) -> Error {
+        let message = panic_message(panic);
+        tracing::error!("a reply panicked: {message}; the caches are reset and the engine goes on");
+        if let Some(loaded) = &mut self.loaded {
+            loaded.session.reset_caches();
+        }
+        Error::JobPanicked(message)
+    }
+}
+
+/// The reply to one request on `session`, decoded with the request's own choices.
+fn reply(session: &mut Session, request: &Request, decoding: Decoding, sink: &mut ChannelSink) -> Result<Generation> {
+    let prompt = match &request.prompt {
+        Prompt::Chat(messages) => session.chat_prompt(messages)?,
+        Prompt::Text(text) => session.target.tokenizer.encode(text)?,
+        Prompt::Tokens(ids) => ids.clone(),
+    };
+    session.generate(&prompt, &request.options, decoding, sink)
+}
+
+/// The request's drafter and k, or the service's defaults for what it leaves open.
+fn decoding_of(request: &Request, config: &ServiceConfig, session: &Session) -> Decoding {
+    Decoding {
+        drafter: request.drafter.or(config.default_drafter).unwrap_or_else(|| session.default_drafter()),
+        k: request.k.unwrap_or(config.default_k),
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(s), _) => s.to_string(),
+        (_, Some(s)) => s.clone(),
+        _ => "a panic without a message".into(),
+    }
+}

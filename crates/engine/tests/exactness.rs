@@ -1,0 +1,151 @@
+//! The fast exactness tier, on tiny random models (seconds, not minutes): greedy and
+//! reproducible speculative replies are token-identical to plain decoding for every k from 1
+//! to 8 and auto, with a close draft, a poor draft and prompt lookup; a batched pass scores
+//! every position as single-token passes do; a rollback leaves the cache as if the rejected
+//! tokens had never been fed. `speculative.rs` checks the same on the real pair.
+
+mod common;
+
+use common::tiny::Tiny;
+use common::{ids, InvariantSink};
+use specula_engine::speculative::{generate_speculative, CostModel, DraftModel, Drafter, KSetting, PromptLookup};
+use specula_engine::{
+    generate_plain, CachedModel, GenerateOptions, Generation, Mode, NullSink, SamplingParams, Source,
+    SpeculativeOptions, Tokenizer,
+};
+
+/// Prompts of the tiny vocabulary; the last ones repeat themselves, which prompt lookup needs.
+fn prompts() -> Vec<Vec<u32>> {
+    vec![
+        vec![5, 17, 42],
+        vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12],
+        vec![60, 61, 62, 63, 60, 61, 62, 63, 60, 61],
+        vec![9; 20],
+        (0..40).map(|i| (i * 7 % 96) as u32).collect(),
+        vec![30, 31, 32, 80, 81, 30, 31, 32, 80, 81, 30, 31],
+    ]
+}
+
+fn drafters() -> Vec<(&'static str, Box<dyn Drafter>)> {
+    vec![
+        ("close draft", Box::new(DraftModel::new(Tiny::chat(1, 0.05).model()))),
+        ("poor draft", Box::new(DraftModel::new(Tiny::chat(77, 0.0).model()))),
+        ("prompt lookup", Box::new(PromptLookup::default())),
+    ]
+}
+
+fn ks() -> Vec<KSetting> {
+    (1..=8).map(KSetting::Fixed).chain([KSetting::Auto { max: 8 }]).collect()
+}
+
+fn speculate(
+    target: &mut CachedModel,
+    drafter: &mut dyn Drafter,
+    tokenizer: &Tokenizer,
+    prompt: &[u32],
+    options: &GenerateOptions,
+    k: KSetting,
+) -> Generation {
+    let spec = SpeculativeOptions { k, ..Default::default() };
+    let mut sink = InvariantSink::default();
+    let g = generate_speculative(target, drafter, tokenizer, prompt, options, &spec, &mut CostModel::new(), &mut sink)
+        .unwrap();
+    let n_past = prompt.len() + g.tokens.len() - 1;
+    assert_eq!(target.len(), n_past, "the target cache holds the committed tokens but the newest");
+    assert!(drafter.cached_len() <= n_past, "the draft cache holds nothing uncommitted");
+    g
+}
+
+/// Every drafter and k against plain decoding under `sampling`; returns how many tokens came
+/// from each source, so the caller can check the comparison exercised every path.
+fn compare_with_plain(
+    sampling: SamplingParams,
+    tokens: usize,
+) -> std::collections::HashMap<(&'static str, Source), usize> {
+    let tiny = Tiny::chat(1, 0.0);
+    let (mut target, tokenizer) = (tiny.model(), tiny.tokenizer());
+    let options = GenerateOptions { max_tokens: tokens, sampling, stop: vec![] };
+    let mut sources = std::collections::HashMap::new();
+    for (name, mut drafter) in drafters() {
+        for prompt in prompts() {
+            let plain = generate_plain(&mut target, &tokenizer, &prompt, &options, &mut NullSink).unwrap();
+            assert_eq!(plain.tokens.len(), tokens);
+            for k in ks() {
+                let spec = speculate(&mut target, drafter.as_mut(), &tokenizer, &prompt, &options, k);
+                assert_eq!(ids(&spec), ids(&plain), "{name}, {k:?}, prompt {prompt:?}");
+                for t in &spec.tokens {
+                    *sources.entry((name, t.source)).or_default() += 1;
+                }
+            }
+        }
+    }
+    sources
+}
+
+#[test]
+fn greedy_speculative_equals_plain_for_every_k_and_drafter() {
+    let sources = compare_with_plain(SamplingParams::greedy(), 48);
+    eprintln!("{sources:?}");
+    for (name, least) in [("close draft", 500), ("prompt lookup", 30)] {
+        assert!(sources.get(&(name, Source::Accepted)).copied().unwrap_or(0) > least, "{name} drafts were accepted");
+    }
+    assert!(sources.get(&("poor draft", Source::Resampled)).copied().unwrap_or(0) > 100, "the poor draft was rejected");
+}
+
+#[test]
+fn reproducible_speculative_equals_plain_with_the_same_seed() {
+    for (seed, temperature) in [(1, 0.8), (2, 1.0), (3, 1.5)] {
+        let sampling = SamplingParams { mode: Mode::Reproducible, temperature, seed, ..SamplingParams::default() };
+        let sources = compare_with_plain(sampling, 24);
+        assert!(sources.get(&("close draft", Source::Accepted)).copied().unwrap_or(0) > 50, "{sources:?}");
+    }
+}
+
+#[test]
+fn a_batched_pass_scores_each_position_as_single_passes_do() {
+    let tiny = Tiny::chat(5, 0.0);
+    let tokens: Vec<u32> = (0..19).map(|i| (i * 11 % 96) as u32).collect();
+    let mut batched = tiny.model();
+    batched.prefill(&[1, 2, 3]).unwrap();
+    let all = batched.forward_all(&tokens).unwrap();
+    let mut single = tiny.model();
+    single.prefill(&[1, 2, 3]).unwrap();
+    for (i, &token) in tokens.iter().enumerate() {
+        let row = single.forward_all(&[token]).unwrap();
+        assert_eq!(row[0], all[i], "position {i}");
+    }
+}
+
+#[test]
+fn a_rollback_leaves_the_cache_as_if_the_rejected_tokens_were_never_fed() {
+    let tiny = Tiny::chat(6, 0.0);
+    let prompt = [4, 8, 15, 16, 23, 42];
+    let mut rolled_back = tiny.model();
+    rolled_back.prefill(&prompt).unwrap();
+    rolled_back.forward_all(&[50, 51, 52, 53]).unwrap(); // a step of four drafts
+    rolled_back.truncate(prompt.len() + 1); // the target kept only the first
+    assert_eq!(rolled_back.len(), prompt.len() + 1);
+    let after_rollback = rolled_back.forward_all(&[70, 71]).unwrap();
+    let mut fresh = tiny.model();
+    fresh.prefill(&prompt).unwrap();
+    fresh.forward_all(&[50]).unwrap();
+    assert_eq!(fresh.forward_all(&[70, 71]).unwrap(), after_rollback);
+}
+
+#[test]
+fn a_chunked_prefill_leaves_the_cache_an_unchunked_one_would() {
+    let tiny = Tiny::chat(7, 0.0);
+    let prompt: Vec<u32> = (0..300).map(|i| (i * 13 % 96) as u32).collect();
+    let mut chunked = tiny.model();
+    let mut chunks = 0;
+    chunked
+        .prefill_with(&prompt, &mut |_, _| {
+            chunks += 1;
+            specula_engine::Flow::Continue
+        })
+        .unwrap();
+    assert_eq!(chunks, prompt.len().div_ceil(specula_engine::generate::PREFILL_CHUNK));
+    let mut whole = tiny.model();
+    whole.forward_all(&prompt).unwrap();
+    assert_eq!(chunked.forward_all(&[1, 2]).unwrap(), whole.forward_all(&[1, 2]).unwrap());
+}
