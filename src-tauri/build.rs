@@ -17,6 +17,7 @@ fn main() {
         "truncate_messages",
         "reply",
         "cancel_reply",
+        "open_link",
         "catalogue",
         "pull_model",
         "cancel_pull",

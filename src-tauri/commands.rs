@@ -37,6 +37,7 @@ pub fn get_settings(state: State<'_, AppState>) -> CommandResult<AppSettings> {
 #[tauri::command]
 pub fn save_settings(state: State<'_, AppState>, settings: AppSettings) -> CommandResult<()> {
     settings.options()?;
+    settings.check_paths()?;
     with_store(&state, |s| s.set_setting(SETTINGS_KEY, &settings))
 }
 
@@ -68,6 +69,7 @@ pub struct ModelEntry {
 pub async fn list_models(state: State<'_, AppState>, target: Option<String>) -> CommandResult<Vec<ModelEntry>> {
     let mut settings = get_settings(state)?;
     if let Some(target) = target.filter(|t| !t.is_empty()) {
+        crate::paths::model_path(&target)?;
         settings.target = target;
     }
     blocking(move || Ok(scan_models(&settings))).await
@@ -75,8 +77,11 @@ pub async fn list_models(state: State<'_, AppState>, target: Option<String>) -> 
 
 fn scan_models(settings: &AppSettings) -> Vec<ModelEntry> {
     let mut dirs = vec![models_dir()];
+    // The folders of the chosen models, when they lie in the model folders (older settings
+    // may name others: those are not listed).
     for chosen in [&settings.target, &settings.draft] {
-        if let Some(dir) = Path::new(chosen).parent().filter(|d| !d.as_os_str().is_empty()) {
+        if let (Ok(path), Some(dir)) = (crate::paths::model_path(chosen), Path::new(chosen).parent()) {
+            drop(path);
             dirs.push(dir.to_path_buf());
         }
     }
@@ -163,6 +168,9 @@ pub fn add_message(
     role: String,
     content: String,
 ) -> CommandResult<StoredMessage> {
+    if !matches!(role.as_str(), "user" | "system") {
+        return Err(ErrorDto::new("invalid_setting", "Only user and system messages are written by the window"));
+    }
     with_store(&state, |s| s.add_message(conversation_id, &role, &content, None))
 }
 
@@ -220,4 +228,16 @@ fn chat_messages(conversation: &Conversation) -> Vec<Message> {
 #[tauri::command]
 pub fn cancel_reply(state: State<'_, AppState>, request_id: u64) -> bool {
     state.engine.cancel(request_id)
+}
+
+/// Open a link from a reply in the system's browser (or mail client): only `http(s):` and
+/// `mailto:` URLs, so a reply cannot make the app open a local file or a custom scheme.
+#[tauri::command]
+pub fn open_link(app: tauri::AppHandle, url: String) -> CommandResult<()> {
+    use tauri_plugin_opener::OpenerExt;
+    let lower = url.to_ascii_lowercase();
+    if !(lower.starts_with("https://") || lower.starts_with("http://") || lower.starts_with("mailto:")) {
+        return Err(ErrorDto::new("invalid_setting", format!("only web and mail links open: {url}")));
+    }
+    app.opener().open_url(url, None::<&str>).map_err(|e| ErrorDto::new("internal", e.to_string()))
 }

@@ -5,6 +5,7 @@ mod commands;
 mod engine;
 mod error;
 mod library;
+mod paths;
 mod settings;
 
 use engine::Engine;
@@ -52,6 +53,7 @@ pub fn run() {
         .with_writer(std::io::stderr)
         .init();
     let result = tauri::Builder::default()
+        .plugin(tauri_plugin_opener::init())
         .setup(setup)
         .invoke_handler(tauri::generate_handler![
             commands::engine_status,
@@ -69,6 +71,7 @@ pub fn run() {
             commands::truncate_messages,
             commands::reply,
             commands::cancel_reply,
+            commands::open_link,
             library::catalogue,
             library::pull_model,
             library::cancel_pull,

@@ -113,6 +113,7 @@ pub struct DiagnosisDto {
 
 #[tauri::command]
 pub async fn diagnose(target: String, draft: String) -> CommandResult<DiagnosisDto> {
+    let (target, draft) = (crate::paths::model_path(&target)?, crate::paths::model_path(&draft)?);
     let work = move || {
         let d = specula_engine::doctor::diagnose(&target, &draft)?;
         Ok::<_, ErrorDto>(DiagnosisDto { compatible: d.compatible, text: d.to_string() })

@@ -1,5 +1,6 @@
 //! The user's settings, as the UI edits them and the history database keeps them.
 
+use crate::error::ErrorDto;
 use serde::{Deserialize, Serialize};
 use specula_engine::service::LoadSpec;
 use specula_engine::speculative::KSetting;
@@ -57,22 +58,29 @@ impl Default for AppSettings {
 }
 
 impl AppSettings {
-    /// The models these settings need: the draft only when it drafts.
-    pub fn load_spec(&self) -> Result<LoadSpec, crate::error::ErrorDto> {
+    /// The models these settings need: the draft only when it drafts. Both paths must lie in
+    /// the model folders (they come from the webview).
+    pub fn load_spec(&self) -> Result<LoadSpec, ErrorDto> {
         if self.target.is_empty() {
-            return Err(crate::error::ErrorDto::new("invalid_setting", "Choose a target model"));
+            return Err(ErrorDto::new("invalid_setting", "Choose a target model"));
         }
         let draft = match self.drafter {
             DrafterKind::Model if self.draft.is_empty() => {
-                return Err(crate::error::ErrorDto::new(
-                    "invalid_setting",
-                    "Choose a draft model, prompt lookup or none",
-                ))
+                return Err(ErrorDto::new("invalid_setting", "Choose a draft model, prompt lookup or none"))
             }
-            DrafterKind::Model => Some(PathBuf::from(&self.draft)),
+            DrafterKind::Model => Some(crate::paths::model_path(&self.draft)?),
             DrafterKind::Lookup | DrafterKind::None => None,
         };
-        Ok(LoadSpec { target: PathBuf::from(&self.target), draft, context: self.context, device: self.device.clone() })
+        let target = crate::paths::model_path(&self.target)?;
+        Ok(LoadSpec { target, draft, context: self.context, device: self.device.clone() })
+    }
+
+    /// Refuse settings whose model paths lie outside the model folders, before they are stored.
+    pub fn check_paths(&self) -> Result<(), ErrorDto> {
+        for path in [&self.target, &self.draft].into_iter().filter(|p| !p.is_empty()) {
+            crate::paths::model_path(path)?;
+        }
+        Ok(())
     }
 
     pub fn options(&self) -> specula_engine::Result<GenerateOptions> {

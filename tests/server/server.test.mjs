@@ -20,7 +20,7 @@ before(async () => {
   const bin = process.env.SPECULA_BIN;
   assert.ok(bin, 'set SPECULA_BIN to the built specula binary');
   server = spawn(bin, ['serve', '--model', TARGET, '--draft', DRAFT, '--k', 'auto', '--ctx', '512',
-    '--port', String(PORT), '--api-key', KEY, '--device', 'cpu'], { stdio: ['ignore', 'inherit', 'inherit'] });
+    '--port', String(PORT), '--device', 'cpu'], { stdio: ['ignore', 'inherit', 'inherit'], env: { ...process.env, SPECULA_API_KEY: KEY } });
   for (let i = 0; i < 600; i++) {
     try {
       if ((await fetch(`${BASE}/health`)).ok) return;
@@ -36,7 +36,7 @@ const client = new OpenAI({ baseURL: `${BASE}/v1`, apiKey: KEY, maxRetries: 0 })
 const greedy = { temperature: 0 };
 
 async function pending() {
-  return (await (await fetch(`${BASE}/health`)).json()).pending;
+  return (await (await fetch(`${BASE}/health`, { headers: { authorization: `Bearer ${KEY}` } })).json()).pending;
 }
 
 test('lists the model', async () => {

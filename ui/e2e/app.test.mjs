@@ -186,6 +186,14 @@ test('bad models, bad drafts and long prompts give readable errors and the app k
   await wd.waitFor("return !document.querySelector('#settings-dialog').open", { what: 'the settings dialog to close' });
 
   const { value: settings } = await invoke('get_settings');
+  // Paths from the webview are confined to the model folders.
+  for (const outside of ['/etc/passwd', join(models, '..', 'x.gguf'), join(homedir(), '.ssh', 'id_rsa')]) {
+    const refused = await invoke('apply_models', { settings: { ...settings, target: outside } });
+    assert.equal(refused.failure?.code, 'path_not_allowed', outside);
+    assert.doesNotMatch(refused.failure.message, /bytes|starts with/);
+  }
+  assert.equal((await invoke('diagnose', { target: '/etc/passwd', draft: '/etc/shadow' })).failure?.code, 'path_not_allowed');
+  assert.equal((await invoke('save_settings', { settings: { ...settings, draft: '/etc/passwd' } })).failure?.code, 'path_not_allowed');
   const corrupt = await invoke('apply_models', { settings: { ...settings, target: join(models, 'broken.gguf') } });
   assert.equal(corrupt.failure?.code, 'not_gguf');
   const mismatched = await invoke('apply_models', { settings: { ...settings, drafter: 'model', draft: join(models, SMOLLM) } });

@@ -18,6 +18,8 @@ const DRAFT = join(MODELS, 'qwen2.5-coder-0.5b-instruct-q4_k_m.gguf');
 const ARTIFACTS = process.env.SPECULA_ARTIFACTS ?? join(here, 'artifacts');
 const PORT = 19000 + Math.floor(Math.random() * 1000);
 const BASE = `http://127.0.0.1:${PORT}`;
+// The server wants a key (from the environment, as users should pass it): the UI must send it.
+const KEY = 'browser-e2e-key';
 let server;
 let browser;
 let page;
@@ -27,7 +29,10 @@ before(async () => {
   const bin = process.env.SPECULA_BIN;
   assert.ok(bin, 'set SPECULA_BIN to the built specula binary');
   server = spawn(bin, ['serve', '--model', TARGET, '--draft', DRAFT, '--ctx', '1024', '--port', String(PORT),
-    '--device', 'cpu', '--ui', join(here, '..', 'dist')], { stdio: ['ignore', 'inherit', 'inherit'] });
+    '--device', 'cpu', '--ui', join(here, '..', 'dist')], {
+    stdio: ['ignore', 'inherit', 'inherit'],
+    env: { ...process.env, SPECULA_API_KEY: KEY },
+  });
   for (let i = 0; i < 600; i++) {
     try {
       if ((await fetch(`${BASE}/health`)).ok) break;
@@ -43,6 +48,10 @@ before(async () => {
   page.on('pageerror', (e) => console.error('page error:', e));
   await page.goto(BASE);
   await page.waitForSelector('body[data-ready="true"]');
+  // Without the key the UI says so, and Settings takes it.
+  await page.waitForSelector('#notice[data-code="invalid_api_key"]');
+  await setSettings({ api_key: KEY });
+  assert.match(await page.textContent('#engine-status'), /qwen2\.5-coder-1\.5b/);
 });
 
 after(async () => {
@@ -78,7 +87,7 @@ const lastReply = () => page.locator('#messages .message.assistant').last();
 test('a reply streams with provenance classes, the speedup and a summary', async () => {
   // k is fixed: on a CPU where drafting does not pay, auto (the default) probes once and then
   // decodes plain, and this reply is here to show the colours of drafted tokens.
-  await setSettings({ mode: 'greedy', max_tokens: 48, k: '4', draft: `model:${(await page.evaluate(async () => (await (await fetch('/health')).json()).draft))}` });
+  await setSettings({ mode: 'greedy', max_tokens: 48, k: '4', draft: `model:${(await page.evaluate(async (key) => (await (await fetch('/health', { headers: { authorization: `Bearer ${key}` } })).json()).draft, KEY))}` });
   await ask('Write a Python function that returns the sum of a list of numbers.');
   // While it streams: tokens appear in the DOM with their classes.
   await page.waitForSelector('#messages .message.assistant.streaming .tok');
@@ -121,7 +130,7 @@ test('stop ends a reply mid-way and the engine is free at once', async () => {
   // The engine sees the closed stream at its next token and is free for the next request.
   let pending = 1;
   for (let i = 0; i < 50 && pending > 0; i++) {
-    pending = (await (await fetch(`${BASE}/health`)).json()).pending;
+    pending = (await (await fetch(`${BASE}/health`, { headers: { authorization: `Bearer ${KEY}` } })).json()).pending;
     await new Promise((r) => setTimeout(r, 100));
   }
   assert.equal(pending, 0);

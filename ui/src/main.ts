@@ -4,7 +4,7 @@ import './style.css';
 import { type Backend, connect } from './api/backend';
 import type { ChatMessage, Conversation, ModelEntry, ReplyEvent, ReplyHandle, Settings, StepEvent } from './api/types';
 import { applyEvent } from './api/events';
-import { toBackendError } from './api/types';
+import { DEFAULT_SETTINGS, toBackendError } from './api/types';
 import { fillDoctor, renderCatalogue, runDoctor } from './library';
 import { renderMarkdown } from './render/markdown';
 import { liveFigures, sparkline, summarize } from './render/speed';
@@ -331,6 +331,8 @@ async function openSettings(): Promise<void> {
   for (const name of ['context', 'device']) {
     (form.elements.namedItem(name) as HTMLInputElement).disabled = !state.backend.canChooseTarget;
   }
+  $('#api-key-field').hidden = !state.backend.apiKey;
+  (form.elements.namedItem('api_key') as HTMLInputElement).value = state.backend.apiKey?.() ?? '';
   ui.settingsDialog.showModal();
 }
 
@@ -404,9 +406,11 @@ async function saveSettings(): Promise<void> {
   save.disabled = true;
   save.textContent = 'Loading…';
   try {
+    state.backend.setApiKey?.((ui.settingsForm.elements.namedItem('api_key') as HTMLInputElement).value.trim());
     const status = await state.backend.applyModels(next);
     await state.backend.saveSettings(next);
-    state.settings = next;
+    // The HTTP transport learns the served model's name once the key lets it ask.
+    state.settings = state.backend.apiKey ? await state.backend.settings() : next;
     showStatus(status);
     ui.settingsDialog.close();
   } catch (e) {
@@ -442,6 +446,13 @@ function wire(): void {
     ui.prompt.focus();
   });
   ui.search.addEventListener('input', () => void refreshList().catch(showNotice));
+  // A link in a reply never navigates the window: it opens outside the app.
+  ui.messages.addEventListener('click', (e) => {
+    const link = (e.target as HTMLElement).closest('a[href]') as HTMLAnchorElement | null;
+    if (!link) return;
+    e.preventDefault();
+    if (/^(https?:|mailto:)/i.test(link.href)) void state.backend.openLink(link.href).catch(showNotice);
+  });
   $('#composer').addEventListener('submit', (e) => {
     e.preventDefault();
     void send().catch(showNotice);
@@ -502,12 +513,18 @@ async function start(): Promise<void> {
   ui.colours.checked = localStorage.getItem('specula.colours') !== '0';
   document.body.classList.toggle('no-colours', !ui.colours.checked);
   const backend = await connect();
-  state = { backend, settings: await backend.settings(), conversation: null, streaming: null, editing: null };
+  // A server that wants a key answers nothing useful before the user gives it: start with the
+  // defaults, say why, and let Settings take the key.
+  const settings = await backend.settings().catch((e) => {
+    showNotice(e);
+    return { ...DEFAULT_SETTINGS };
+  });
+  state = { backend, settings, conversation: null, streaming: null, editing: null };
   wire();
   const recent = await backend.conversations();
   if (recent[0]) state.conversation = await backend.conversation(recent[0].id);
   await refreshAll();
-  showStatus(await backend.status());
+  await backend.status().then(showStatus, showNotice);
   document.body.dataset.ready = 'true';
 }
 

@@ -36,6 +36,39 @@ enum Command {
     Pull(library::PullArgs),
     /// The models on this machine: the Hugging Face cache and Specula's models folder.
     Models(library::ModelsArgs),
+    /// Write a synthetic GGUF: a real model's shapes and tokenizer, random weights (for
+    /// measuring costs where the real weights cannot go).
+    Synth(SynthArgs),
+}
+
+#[derive(Args)]
+struct SynthArgs {
+    /// tiny, qwen2.5-0.5b, qwen2.5-1.5b or qwen2.5-7b.
+    #[arg(long)]
+    preset: String,
+    /// Where to write the .gguf.
+    #[arg(long)]
+    out: PathBuf,
+    /// Copy the tokenizer (vocabulary, merges, chat template) from this GGUF; default: a tiny
+    /// byte-level one.
+    #[arg(long)]
+    tokenizer_from: Option<PathBuf>,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+fn synth(args: SynthArgs) -> Result<ExitCode, String> {
+    use specula_engine::synth;
+    let spec = synth::Spec::preset(&args.preset, args.seed).map_err(|e| e.to_string())?;
+    let tokenizer = match &args.tokenizer_from {
+        Some(path) => synth::tokenizer_of(path).map_err(|e| e.to_string())?,
+        None => synth::tiny_tokenizer(),
+    };
+    let started = std::time::Instant::now();
+    synth::write(&spec, &tokenizer, &args.out).map_err(|e| e.to_string())?;
+    let bytes = std::fs::metadata(&args.out).map(|m| m.len()).unwrap_or(0);
+    eprintln!("{}: {} MB in {:.1} s", args.out.display(), bytes / 1_000_000, started.elapsed().as_secs_f64());
+    Ok(ExitCode::SUCCESS)
 }
 
 #[derive(Args)]
@@ -171,6 +204,7 @@ fn main() -> ExitCode {
         Command::Doctor(args) => doctor(args),
         Command::Pull(args) => library::pull(args).map(|()| ExitCode::SUCCESS),
         Command::Models(args) => library::models(args).map(|()| ExitCode::SUCCESS),
+        Command::Synth(args) => synth(args),
     };
     match result {
         Ok(code) => code,

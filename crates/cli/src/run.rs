@@ -61,12 +61,26 @@ pub struct ServeArgs {
     host: std::net::IpAddr,
     #[arg(long, default_value_t = 8080)]
     port: u16,
-    /// Require `Authorization: Bearer KEY` on every API request.
+    /// Require `Authorization: Bearer KEY` on every API request, the key read from this file
+    /// (its first line). `SPECULA_API_KEY` in the environment does the same.
     #[arg(long)]
+    api_key_file: Option<PathBuf>,
+    /// The key itself (visible to every user in `ps`: prefer the file or the environment).
+    #[arg(long, hide = true)]
     api_key: Option<String>,
+    /// Also answer requests for this host name (on a loopback bind only localhost is
+    /// answered, against DNS rebinding). Repeatable.
+    #[arg(long)]
+    allowed_host: Vec<String>,
+    /// Serve beyond this machine without an API key.
+    #[arg(long)]
+    allow_no_key: bool,
     /// Requests queued or running before new ones get 503 with Retry-After.
     #[arg(long, default_value_t = 32)]
     max_queue: usize,
+    /// Connections served at once; more wait.
+    #[arg(long, default_value_t = 256)]
+    max_connections: usize,
     /// Seconds a request may take, queued time included, before it is cancelled.
     #[arg(long, default_value_t = 600)]
     request_timeout: u64,
@@ -205,6 +219,7 @@ pub fn serve(args: ServeArgs) -> CliResult {
             return Err(format!("{}: no built web UI there (build it with `npm run build` in ui/)", dir.display()));
         }
     }
+    let access = access(&args)?;
     let session = open_session(&args.model)?;
     let model_id = args.model.model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     let engine = ServiceConfig {
@@ -213,9 +228,11 @@ pub fn serve(args: ServeArgs) -> CliResult {
         default_drafter: args.model.drafter,
         ..Default::default()
     };
+    let limits = specula_server::listen::Limits { max_connections: args.max_connections, ..Default::default() };
     let config = specula_server::ServerConfig {
         model_id,
-        api_key: args.api_key,
+        access,
+        limits,
         ui_dir: args.ui,
         request_timeout: std::time::Duration::from_secs(args.request_timeout),
     };
@@ -224,6 +241,34 @@ pub fn serve(args: ServeArgs) -> CliResult {
     runtime
         .block_on(specula_server::serve(session, engine, config, addr))
         .map_err(|e| format!("serving on {addr}: {e}"))
+}
+
+/// The key (file, environment or flag) and the host names to answer. A server reachable from
+/// other machines must have a key unless the user says otherwise.
+fn access(args: &ServeArgs) -> Result<specula_server::security::Access, String> {
+    let from_file = match &args.api_key_file {
+        Some(path) => Some(read_file(path)?.lines().next().unwrap_or_default().trim().to_string()),
+        None => None,
+    };
+    if args.api_key.is_some() {
+        eprintln!(
+            "warning: --api-key is visible to every user of this machine (ps); use --api-key-file or SPECULA_API_KEY"
+        );
+    }
+    let api_key = from_file
+        .or_else(|| std::env::var("SPECULA_API_KEY").ok())
+        .or_else(|| args.api_key.clone())
+        .filter(|k| !k.is_empty());
+    let loopback = args.host.is_loopback();
+    if !loopback && api_key.is_none() && !args.allow_no_key {
+        return Err(format!(
+            "serving on {} would let any machine on the network use this one: set SPECULA_API_KEY (or \
+             --api-key-file), or pass --allow-no-key",
+            args.host
+        ));
+    }
+    let allowed_hosts = loopback.then(|| specula_server::security::loopback_hosts(&args.allowed_host));
+    Ok(specula_server::security::Access { api_key, allowed_hosts })
 }
 
 pub fn tokenize(args: TokenizeArgs) -> CliResult {

@@ -20,6 +20,9 @@ pub enum Error {
     #[error("{path}: the file is truncated: {reason}")]
     Truncated { path: PathBuf, reason: String },
 
+    #[error("{path}: not a usable GGUF file: {reason}")]
+    BadHeader { path: PathBuf, reason: String },
+
     #[error("{path}: unsupported model architecture `{arch}` (supported: {supported})")]
     UnsupportedArchitecture { path: PathBuf, arch: String, supported: String },
 
@@ -106,6 +109,7 @@ impl Error {
             Error::Io { .. } => "io",
             Error::NotGguf { .. } => "not_gguf",
             Error::Truncated { .. } => "truncated",
+            Error::BadHeader { .. } => "bad_header",
             Error::UnsupportedArchitecture { .. } => "unsupported_architecture",
             Error::BadMetadata(_) => "bad_metadata",
             Error::Tokenizer(_) => "tokenizer",

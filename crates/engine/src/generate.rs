@@ -125,6 +125,20 @@ pub struct GenerateOptions {
     pub stop: Vec<String>,
 }
 
+impl GenerateOptions {
+    /// Options a reply can be made with: at least one token, stop strings that are not empty
+    /// (the empty string is found everywhere: the reply would end before it began).
+    pub fn validate(&self) -> Result<()> {
+        if self.max_tokens == 0 {
+            return Err(Error::InvalidSetting("max_tokens must be at least 1".into()));
+        }
+        if self.stop.iter().any(String::is_empty) {
+            return Err(Error::InvalidSetting("a stop string is empty".into()));
+        }
+        self.sampling.validate()
+    }
+}
+
 impl Default for GenerateOptions {
     fn default() -> Self {
         Self { max_tokens: 512, sampling: SamplingParams::default(), stop: Vec::new() }
@@ -406,7 +420,7 @@ pub fn generate_plain(
     options: &GenerateOptions,
     sink: &mut dyn TokenSink,
 ) -> Result<Generation> {
-    options.sampling.validate()?;
+    options.validate()?;
     if !start(target, prompt, sink)? {
         return Ok(Generation::cancelled(prompt.len()));
     }

@@ -25,6 +25,7 @@ pub mod sampling;
 pub mod service;
 pub mod session;
 pub mod speculative;
+pub mod synth;
 pub mod tokenizer;
 
 pub use chat::{ChatTemplate, Message, Role};
@@ -66,9 +67,29 @@ impl LoadedModel {
         Ok(Self { model: CachedModel::new(model), tokenizer, template, info })
     }
 
-    /// The prompt for a chat, as the model's template renders it.
+    /// The prompt for a chat, as the model's template renders it. The template's own text is
+    /// read with its special tokens; what the messages say is read as plain text.
     pub fn chat_prompt(&self, messages: &[Message]) -> Result<Vec<u32>> {
-        self.tokenizer.encode(&self.template.render(messages)?)
+        if messages.is_empty() {
+            return Err(Error::InvalidSetting("a chat needs at least one message".into()));
+        }
+        let specials: Vec<&str> = self.tokenizer.special_texts().collect();
+        let parts = self.template.render_parts(messages, &specials)?;
+        let mut ids = Vec::new();
+        for (i, part) in parts.iter().enumerate() {
+            match part {
+                // Only the prompt's start gets the model's BOS.
+                chat::PromptPart::Template(text) if i == 0 => ids.extend(self.tokenizer.encode(text)?),
+                chat::PromptPart::Template(text) => ids.extend(self.tokenizer.encode_without_bos(text)?),
+                chat::PromptPart::Content(text) => {
+                    if i == 0 {
+                        ids.extend(self.tokenizer.prefix_ids()?);
+                    }
+                    ids.extend(self.tokenizer.encode_literal(text)?)
+                }
+            }
+        }
+        Ok(ids)
     }
 
     pub fn generate(

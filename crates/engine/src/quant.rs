@@ -245,7 +245,7 @@ mod tests {
             let ours: Vec<f32> =
                 QLinear::new(w, None).unwrap().forward(&x).unwrap().flatten_all().unwrap().to_vec1().unwrap();
             for (a, b) in ours.iter().zip(&theirs) {
-                assert!((a - b).abs() < 1e-2 * (1.0 + b.abs()), "{dtype:?}: {a} vs {b}");
+                assert!((a - b).abs() < 3e-2 * (1.0 + b.abs()), "{dtype:?}: {a} vs {b}");
             }
         }
     }

@@ -50,6 +50,13 @@ impl Client<'_> {
             .and_then(|s| s.parse().ok())
             .ok_or_else(|| Error::Http { url: url.clone(), message: "the Hub sent no size".into() })?;
         let commit = header("x-repo-commit").unwrap_or_else(|| revision.to_string());
+        // Both become file names in the cache: a hostile mirror must not name `../../x`.
+        if !is_sha256(&etag) && !is_git_sha(&etag) {
+            return Err(Error::Http { url, message: format!("the Hub sent an etag that is not a hash: {etag:?}") });
+        }
+        if !is_git_sha(&commit) && crate::names::check_revision(&commit).is_err() {
+            return Err(Error::Http { url, message: format!("the Hub sent a commit that is not a hash: {commit:?}") });
+        }
         let sha256 = is_sha256(&etag).then(|| etag.clone());
         Ok(RemoteFile { size, sha256, commit, etag })
     }
@@ -83,6 +90,13 @@ impl Client<'_> {
             .iter()
             .filter_map(|s| s["rfilename"].as_str())
             .filter(|f| f.ends_with(".gguf"))
+            .filter(|f| match crate::names::check_file(f) {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!("{repo}: skipping a file the Hub listed: {e}");
+                    false
+                }
+            })
             .map(String::from)
             .collect())
     }
@@ -114,6 +128,11 @@ fn is_sha256(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
+/// A git object id: what the Hub sends as the etag of a small file and as the commit.
+fn is_git_sha(s: &str) -> bool {
+    s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,5 +142,6 @@ mod tests {
         assert_eq!(unquote("\"abc\""), "abc");
         assert_eq!(unquote("W/\"abc\""), "abc");
         assert!(is_sha256(&"a".repeat(64)) && !is_sha256("abc"));
+        assert!(is_git_sha(&"0".repeat(40)) && !is_git_sha("../../../../tmp/x/evil"));
     }
 }

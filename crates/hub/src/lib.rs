@@ -10,6 +10,7 @@
 
 mod http;
 mod library;
+pub mod names;
 
 pub use library::{local_models, LocalModel};
 
@@ -47,6 +48,10 @@ pub enum Error {
     Io { path: PathBuf, source: std::io::Error },
     #[error("{repo} has no .gguf file{hint}")]
     NoGguf { repo: String, hint: String },
+    #[error("the {what} name {name:?} is refused: {why}")]
+    BadName { what: String, name: String, why: String },
+    #[error("{file}: the server sent more than the {size} bytes it announced; the download was deleted")]
+    Oversized { file: String, size: u64 },
 }
 
 impl Error {
@@ -61,6 +66,8 @@ impl Error {
             Error::Interrupted { .. } => "interrupted",
             Error::Io { .. } => "io",
             Error::NoGguf { .. } => "no_gguf",
+            Error::BadName { .. } => "bad_name",
+            Error::Oversized { .. } => "oversized",
         }
     }
 }
@@ -153,6 +160,7 @@ impl Hub {
 
     /// The .gguf files of a model repository.
     pub fn gguf_files(&self, repo: &str) -> Result<Vec<String>> {
+        names::check_repo(repo)?;
         self.client().list_files(repo)
     }
 
@@ -176,11 +184,20 @@ impl Hub {
     }
 
     pub fn remote_file(&self, repo: &str, revision: &str, file: &str) -> Result<RemoteFile> {
+        names::check_repo(repo)?;
+        names::check_revision(revision)?;
+        names::check_file(file)?;
         self.client().head(repo, revision, file)
     }
 
     /// The cached copy of `file`, if a complete one is there.
     pub fn cached(&self, repo: &str, revision: &str, file: &str) -> Option<PathBuf> {
+        if names::check_repo(repo).is_err()
+            || names::check_revision(revision).is_err()
+            || names::check_file(file).is_err()
+        {
+            return None;
+        }
         let cached = self.cache_repo(repo, revision).get(file)?;
         cached.exists().then_some(cached)
     }
@@ -206,9 +223,18 @@ impl Hub {
     ) -> Result<PathBuf> {
         let remote = self.remote_file(repo, revision, file)?;
         let repo_dir = self.repo_dir(repo);
-        let blob = repo_dir.join("blobs").join(&remote.etag);
+        let blobs = repo_dir.join("blobs");
+        let blob = blobs.join(&remote.etag);
         let partial = blob.with_extension("incomplete");
         let wanted = Wanted { repo, revision, file, remote: &remote };
+        std::fs::create_dir_all(&blobs).map_err(|source| Error::Io { path: blobs.clone(), source })?;
+        // One download of a blob at a time: a second `pull` of the same file waits here, then
+        // finds the blob the first one finished.
+        let _lock = lock(&blob.with_extension("lock"))?;
+        if blob.exists() && !blob_is_whole(&blob, &remote)? {
+            tracing::warn!("{}: the cached copy does not match the Hub's; fetching it again", blob.display());
+            std::fs::remove_file(&blob).map_err(|source| Error::Io { path: blob.clone(), source })?;
+        }
         let result = match blob.exists() {
             true => Ok(()),
             false => self.fetch_blob(&wanted, &blob, &partial, progress, cancel),
@@ -267,6 +293,10 @@ impl Hub {
                         break true;
                     }
                 };
+                if done + n as u64 > remote.size {
+                    // More than announced: a broken or hostile server. Nothing of it is kept.
+                    return Err(Error::Oversized { file: file.into(), size: remote.size });
+                }
                 write_all(&mut out, &buf[..n], partial, dir, remote.size - done, self.available_space)?;
                 hasher.update(&buf[..n]);
                 done += n as u64;
@@ -304,6 +334,14 @@ impl Hub {
         let cache_repo = self.cache_repo(repo, revision);
         cache_repo.create_ref(&remote.commit).map_err(|source| Error::Io { path: self.repo_dir(repo), source })?;
         let pointer = self.repo_dir(repo).join("snapshots").join(&remote.commit).join(file);
+        // Every name was checked, so this holds; it is asserted again before anything is made.
+        if !pointer.starts_with(self.repo_dir(repo)) || !blob.starts_with(self.repo_dir(repo)) {
+            return Err(Error::BadName {
+                what: "file".into(),
+                name: file.into(),
+                why: "it leads outside the cache".into(),
+            });
+        }
         let parent = pointer.parent().expect("a snapshot file has a folder");
         std::fs::create_dir_all(parent).map_err(|source| Error::Io { path: parent.into(), source })?;
         if !pointer.exists() {
@@ -311,6 +349,59 @@ impl Hub {
             link(blob, file, &pointer)?;
         }
         Ok(pointer)
+    }
+}
+
+/// An exclusive lock on a lock file, removed when the guard drops so that a finished (or
+/// cancelled) download leaves nothing behind.
+struct Lock {
+    path: PathBuf,
+    _file: File,
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        // Unlinked while still held: a waiter then finds its file gone and takes a new one.
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn lock(path: &Path) -> Result<Lock> {
+    use fs4::fs_std::FileExt;
+    let io = |source| Error::Io { path: path.into(), source };
+    loop {
+        let file = OpenOptions::new().create(true).truncate(false).write(true).open(path).map_err(io)?;
+        file.lock_exclusive().map_err(io)?;
+        // The holder before us may have removed the file we waited on: lock the one there now.
+        if is_still_at(&file, path) {
+            return Ok(Lock { path: path.into(), _file: file });
+        }
+    }
+}
+
+#[cfg(unix)]
+fn is_still_at(file: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let held = file.metadata().map(|m| (m.dev(), m.ino()));
+    held.is_ok_and(|held| std::fs::metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == held))
+}
+
+/// Elsewhere an open file cannot be removed, so the file we locked is still the one there.
+#[cfg(not(unix))]
+fn is_still_at(_file: &File, _path: &Path) -> bool {
+    true
+}
+
+/// Whether a cached blob is the file the Hub describes: its size, and its sha256 when the
+/// Hub gives one (so a blob damaged on disk is fetched again, not reported as present).
+fn blob_is_whole(blob: &Path, remote: &RemoteFile) -> Result<bool> {
+    let size = std::fs::metadata(blob).map_err(|source| Error::Io { path: blob.into(), source })?.len();
+    if size != remote.size {
+        return Ok(false);
+    }
+    match &remote.sha256 {
+        Some(expected) => Ok(&hex(&hash_existing(blob)?.0.finalize()) == expected),
+        None => Ok(true),
     }
 }
 

@@ -7,11 +7,14 @@
 //! Retry-After; a request past `request_timeout` is cancelled.
 
 pub mod api;
+pub mod listen;
+pub mod security;
 
 use api::*;
 use axum::extract::rejection::JsonRejection;
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, Request as HttpRequest, State};
 use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::Next;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -25,12 +28,16 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub struct ServerConfig {
     /// The id clients name in `model`.
     pub model_id: String,
-    pub api_key: Option<String>,
+    pub access: security::Access,
+    pub limits: listen::Limits,
     /// Serve the built web UI from here.
     pub ui_dir: Option<PathBuf>,
     /// A request not done after this long, queued time included, is cancelled.
     pub request_timeout: Duration,
 }
+
+/// The largest request body accepted (a long chat fits many times over).
+pub const MAX_BODY_BYTES: usize = 8 << 20;
 
 struct AppState {
     engine: EngineHandle,
@@ -48,10 +55,20 @@ pub fn router(engine: EngineHandle, config: ServerConfig) -> Router {
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
         .route("/health", get(health))
-        .with_state(state);
-    match ui_dir {
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state.clone());
+    let app = match ui_dir {
         Some(dir) => api.fallback_service(tower_http::services::ServeDir::new(dir)),
         None => api,
+    };
+    // Every route, the UI's files included: a rebinding page must not even load the UI.
+    app.layer(axum::middleware::from_fn_with_state(state, check_host))
+}
+
+async fn check_host(State(state): State<Shared>, request: HttpRequest, next: Next) -> Response {
+    match state.config.access.check_host(request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(refused) => refused.into_response(),
     }
 }
 
@@ -64,11 +81,13 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     eprintln!("specula serve: http://{}", listener.local_addr()?);
-    axum::serve(listener, router(EngineHandle::spawn(session, engine), config))
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await
+    let limits = config.limits;
+    let app = router(EngineHandle::spawn(session, engine), config);
+    listen::serve(listener, app, limits, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await;
+    Ok(())
 }
 
 // ----- errors in OpenAI's shape -----
@@ -83,7 +102,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, kind: &'static str, code: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(status: StatusCode, kind: &'static str, code: &'static str, message: impl Into<String>) -> Self {
         Self { status, kind, code, param: None, message: message.into(), retry_after: None }
     }
 
@@ -133,20 +152,7 @@ impl IntoResponse for ApiError {
 }
 
 fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(key) = &state.config.api_key else {
-        return Ok(());
-    };
-    let given =
-        headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
-    match given {
-        Some(given) if given == key => Ok(()),
-        _ => Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "invalid_request_error",
-            "invalid_api_key",
-            "Incorrect or missing API key: send `Authorization: Bearer <key>`",
-        )),
-    }
+    state.config.access.authorize(headers)
 }
 
 fn check_model(state: &AppState, model: &str) -> Result<(), ApiError> {
@@ -164,17 +170,30 @@ fn check_model(state: &AppState, model: &str) -> Result<(), ApiError> {
 }
 
 fn parse<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
-    body.map(|Json(v)| v)
-        .map_err(|e| ApiError::bad_request("invalid_json", format!("Invalid request body: {}", e.body_text())))
+    body.map(|Json(v)| v).map_err(|e| match e.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            "request_too_large",
+            format!("The request body is larger than {} MiB", MAX_BODY_BYTES >> 20),
+        ),
+        _ => ApiError::bad_request("invalid_json", format!("Invalid request body: {}", e.body_text())),
+    })
 }
 
 // ----- handlers -----
 
 /// 200 with `"status": "ok"` only while a model is loaded and serving; 503 otherwise, with
-/// the reason. The last reply that failed inside the engine is reported either way.
-async fn health(State(state): State<Shared>) -> Response {
+/// the reason. The last reply that failed inside the engine is reported either way. Without
+/// the API key (when one is set) only the status is told: liveness probes need no more.
+async fn health(State(state): State<Shared>, headers: HeaderMap) -> Response {
     let health = state.engine.health();
     let ready = health.state == EngineState::Ready;
+    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    if !state.config.access.is_authorized(&headers) {
+        let body = serde_json::json!({ "status": if ready { "ok" } else { "unavailable" } });
+        return (status, Json(body)).into_response();
+    }
     let body = serde_json::json!({
         "status": if ready { "ok" } else { "unavailable" },
         "state": health.state,
@@ -187,7 +206,6 @@ async fn health(State(state): State<Shared>) -> Response {
         "error": health.error,
         "last_failure": health.last_failure,
     });
-    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (status, Json(body)).into_response()
 }
 

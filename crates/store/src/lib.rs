@@ -245,8 +245,10 @@ impl Store {
 
     // ----- messages -----
 
+    /// Add a message, and touch (and maybe title) its conversation, in one transaction: a
+    /// crash between the two must not leave a message in a conversation that does not show it.
     pub fn add_message(
-        &self,
+        &mut self,
         conversation_id: i64,
         role: &str,
         content: &str,
@@ -256,7 +258,8 @@ impl Store {
             return Err(StoreError::Invalid(format!("Unknown role `{role}`")));
         }
         let now = now_ms();
-        let changed = self.conn.execute(
+        let tx = self.conn.transaction()?;
+        let changed = tx.execute(
             "UPDATE conversations SET updated_at = ?2,
                  title = CASE WHEN title = ?3 AND ?4 = 'user' THEN ?5 ELSE title END
              WHERE id = ?1",
@@ -265,13 +268,15 @@ impl Store {
         if changed == 0 {
             return Err(StoreError::NotFound(format!("No conversation {conversation_id}")));
         }
-        self.conn.execute(
+        tx.execute(
             "INSERT INTO messages (conversation_id, role, content, settings_label, created_at)
              VALUES (?1, ?2, ?3, ?4, ?5)",
             params![conversation_id, role, content, settings_label, now],
         )?;
+        let id = tx.last_insert_rowid();
+        tx.commit()?;
         Ok(StoredMessage {
-            id: self.conn.last_insert_rowid(),
+            id,
             role: role.to_string(),
             content: content.to_string(),
             tokens: (role == "assistant").then(Vec::new),
@@ -406,7 +411,7 @@ mod tests {
 
     #[test]
     fn finishing_a_reply_stores_its_stats() {
-        let store = Store::open_in_memory().unwrap();
+        let mut store = Store::open_in_memory().unwrap();
         let c = store.create_conversation().unwrap();
         let reply = store.add_message(c.id, "assistant", "", None).unwrap();
         let stats = GenerationStats { generated_tokens: 3, tokens_per_second: 9.5, ..Default::default() };
@@ -418,7 +423,7 @@ mod tests {
 
     #[test]
     fn conversations_are_listed_searched_renamed_truncated_and_deleted() {
-        let store = Store::open_in_memory().unwrap();
+        let mut store = Store::open_in_memory().unwrap();
         let a = store.create_conversation().unwrap();
         let b = store.create_conversation().unwrap();
         store.add_message(a.id, "user", "borrow checker 100% helper", None).unwrap();

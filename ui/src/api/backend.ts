@@ -39,6 +39,13 @@ export interface Backend {
   /** Delete a message and every later one (regenerate, edit-and-resend). */
   truncate(conversationId: number, fromMessageId: number): Promise<void>;
 
+  /** The key a server asks for (the HTTP transport only), kept where the transport keeps it. */
+  apiKey?(): string;
+  setApiKey?(key: string): void;
+
+  /** Open a link from a reply outside the app (the system browser, or a new tab). */
+  openLink(url: string): Promise<void>;
+
   /** Stream the assistant's reply to the conversation as it stands; it is stored as it streams. */
   reply(conversationId: number, settings: Settings, onEvent: (event: ReplyEvent) => void): Promise<ReplyHandle>;
 }

@@ -10,9 +10,9 @@ function sse(chunks: object[]): string {
 
 /** A fetch that answers /health and streams `body` for completions, recording requests. */
 function fakeFetch(body: string, status = 200) {
-  const requests: { url: string; body?: unknown }[] = [];
+  const requests: { url: string; body?: unknown; headers: Headers }[] = [];
   const fetcher = (async (url: string, init?: RequestInit) => {
-    requests.push({ url, body: init?.body ? JSON.parse(String(init.body)) : undefined });
+    requests.push({ url, body: init?.body ? JSON.parse(String(init.body)) : undefined, headers: new Headers(init?.headers) });
     if (url.endsWith('/health')) return new Response(JSON.stringify(health));
     // Cut the stream at odd places: events must survive being split across reads.
     const bytes = new TextEncoder().encode(body);
@@ -117,5 +117,20 @@ describe('SSE framing', () => {
     expect(status).toMatchObject({ state: 'failed', target: null, error: { code: 'io' } });
     const broken = (async () => new Response('gateway down', { status: 503, statusText: 'Service Unavailable' })) as unknown as typeof fetch;
     await expect(new HttpBackend('http://x', localStorage, broken).status()).rejects.toMatchObject({ code: 'http_503' });
+  });
+
+  it('sends the API key, once set, with every request', async () => {
+    const body = sse([{ choices: [{ delta: {}, finish_reason: 'stop' }], specula: { stats } }]);
+    const { fetcher, requests } = fakeFetch(body);
+    const backend = new HttpBackend('http://x', localStorage, fetcher);
+    await backend.status();
+    expect(requests[0].headers.get('authorization')).toBeNull();
+    backend.setApiKey('s3cret');
+    const conversation = await backend.createConversation();
+    await backend.addMessage(conversation.id, 'user', 'hi');
+    await (await backend.reply(conversation.id, { ...DEFAULT_SETTINGS, target: 'target-model' }, () => {})).done;
+    expect(requests.slice(1).map((r) => r.headers.get('authorization'))).toEqual(['Bearer s3cret']);
+    await backend.status();
+    expect(requests.at(-1)?.headers.get('authorization')).toBe('Bearer s3cret');
   });
 });

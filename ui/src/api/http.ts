@@ -25,6 +25,7 @@ import {
 } from './types';
 
 const SETTINGS_KEY = 'specula.settings';
+const API_KEY = 'specula.apiKey';
 
 interface Health {
   state?: EngineStatus['state'];
@@ -49,12 +50,29 @@ export class HttpBackend implements Backend {
     this.store = new LocalConversations(storage);
   }
 
+  /** The server's API key, as the user entered it (kept in this browser only). */
+  apiKey(): string {
+    return this.storage.getItem(API_KEY) ?? '';
+  }
+
+  setApiKey(key: string): void {
+    if (key) this.storage.setItem(API_KEY, key);
+    else this.storage.removeItem(API_KEY);
+  }
+
+  private headers(extra: Record<string, string> = {}): Record<string, string> {
+    const key = this.apiKey();
+    return key ? { ...extra, authorization: `Bearer ${key}` } : extra;
+  }
+
   private async health(): Promise<Health> {
-    const response = await this.fetcher(`${this.base}/health`);
+    const response = await this.fetcher(`${this.base}/health`, { headers: this.headers() });
     // 503 still carries the health, with the reason the engine is not serving.
     if (response.ok || response.status === 503) {
       const health = (await response.json().catch(() => null)) as Health | null;
       if (health?.model !== undefined) return health;
+      // A server with a key tells a caller without it no more than its status.
+      if (health && 'status' in health) throw { code: 'invalid_api_key', message: 'This server needs its API key: enter it in Settings.' };
     }
     throw await errorOf(response);
   }
@@ -135,6 +153,10 @@ export class HttpBackend implements Backend {
     this.store.truncate(conversationId, fromMessageId);
   }
 
+  async openLink(url: string): Promise<void> {
+    window.open(url, '_blank', 'noopener,noreferrer');
+  }
+
   async reply(conversationId: number, settings: Settings, onEvent: (e: ReplyEvent) => void): Promise<ReplyHandle> {
     const conversation = this.store.get(conversationId);
     const messages = [
@@ -169,7 +191,7 @@ export class HttpBackend implements Backend {
       try {
         const response = await this.fetcher(`${this.base}/v1/chat/completions`, {
           method: 'POST',
-          headers: { 'content-type': 'application/json' },
+          headers: this.headers({ 'content-type': 'application/json' }),
           body: JSON.stringify(body),
           signal: abort.signal,
         });
@@ -243,6 +265,9 @@ export function splitSse(buffer: string): { events: string[]; rest: string } {
 async function errorOf(response: Response): Promise<BackendError> {
   try {
     const body = (await response.json()) as { error?: { code?: string; message?: string } };
+    if (response.status === 401) {
+      return { code: 'invalid_api_key', message: 'This server needs its API key: enter it in Settings.' };
+    }
     if (body.error?.message) return { code: body.error.code ?? `http_${response.status}`, message: body.error.message };
   } catch {
     // not JSON: fall through to the status line

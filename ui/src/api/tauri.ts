@@ -95,6 +95,10 @@ export class TauriBackend implements Backend {
     return call('truncate_messages', { conversationId, fromMessageId });
   }
 
+  openLink(url: string): Promise<void> {
+    return call('open_link', { url });
+  }
+
   async reply(conversationId: number, settings: Settings, onEvent: (e: ReplyEvent) => void): Promise<ReplyHandle> {
     let finish: (m: ChatMessage) => void = () => {};
     const done = new Promise<ChatMessage>((resolve) => (finish = resolve));

@@ -18,8 +18,31 @@ const marked = new Marked({
   },
 });
 
+/** What model output may contain: text formatting and links, never forms, frames, scripts or
+ * styles; links only to the web or mail, and marked to open outside the app. */
+const PURIFY = {
+  FORBID_TAGS: ['form', 'input', 'button', 'textarea', 'select', 'option', 'iframe', 'frame', 'object', 'embed', 'style', 'link', 'meta', 'base', 'svg', 'math'],
+  FORBID_ATTR: ['style', 'formaction', 'action', 'srcset', 'ping'],
+  ALLOWED_URI_REGEXP: /^(?:https?:|mailto:|#)/i,
+};
+
+let hooked = false;
+
+function purify(html: string): string {
+  if (!hooked) {
+    DOMPurify.addHook('afterSanitizeAttributes', (node) => {
+      if (node.tagName === 'A') {
+        node.setAttribute('target', '_blank');
+        node.setAttribute('rel', 'noopener noreferrer');
+      }
+    });
+    hooked = true;
+  }
+  return DOMPurify.sanitize(html, PURIFY) as string;
+}
+
 export function renderMarkdown(text: string, doc: Document = document): DocumentFragment {
-  const html = DOMPurify.sanitize(marked.parse(text, { async: false }));
+  const html = purify(marked.parse(text, { async: false }));
   const template = doc.createElement('template');
   template.innerHTML = html;
   for (const pre of template.content.querySelectorAll('pre')) {

@@ -74,8 +74,140 @@ pub struct DecoderConfig {
     pub quirks: Quirks,
 }
 
+/// Layers beyond any real model (the largest have about 130).
+const MAX_LAYERS: usize = 1024;
+
 impl DecoderConfig {
-    /// The window layer `i` attends over, if it is a local layer.
+    /// Hyper-parameters a model can be built from: every count positive, heads that group,
+    /// an even head size for the rotary pairs, finite positive constants. A file that says
+    /// otherwise gets an error here rather than a division by zero or a bad slice later.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |what: String| Err(Error::BadMetadata(what));
+        let counts = [
+            ("layers", self.n_layer),
+            ("heads", self.n_head),
+            ("kv heads", self.n_kv_head),
+            ("hidden size", self.hidden),
+        ];
+        if let Some((what, _)) = counts.iter().find(|(_, n)| *n == 0) {
+            return bad(format!("the model has 0 {what}"));
+        }
+        if self.n_layer > MAX_LAYERS {
+            return bad(format!("{} layers: at most {MAX_LAYERS} are accepted", self.n_layer));
+        }
+        if self.n_head % self.n_kv_head != 0 {
+            return bad(format!("{} heads do not divide into {} kv heads", self.n_head, self.n_kv_head));
+        }
+        if self.head_dim == 0 || self.head_dim % 2 != 0 {
+            return bad(format!("a head size of {} (it must be even and positive)", self.head_dim));
+        }
+        if self.n_head.checked_mul(self.head_dim).is_none() {
+            return bad("heads times head size overflows".into());
+        }
+        if !(self.rms_eps > 0.0 && self.rope_base > 0.0) {
+            return bad(format!("rms epsilon {} and rotary base {} must be positive", self.rms_eps, self.rope_base));
+        }
+        if let Some(w) = self.quirks.sliding_window {
+            if w.size == 0 || !(w.rope_base > 0.0 && w.rope_base.is_finite()) {
+                return bad(format!("a sliding window of {} with rotary base {}", w.size, w.rope_base));
+            }
+        }
+        if self.quirks.rope_scale.is_some_and(|s| !(s > 0.0 && s.is_finite())) {
+            return bad("a rotary scaling factor that is not positive".into());
+        }
+        Ok(())
+    }
+
+    /// The shape each weight must have, outermost first, for a vocabulary of `vocab` and an
+    /// MLP of `ffn`: checked for every tensor before any is read.
+    fn expected_shapes(&self, vocab: usize, ffn: usize, layer: usize) -> Vec<(String, Vec<usize>)> {
+        let (h, q, kv) = (self.hidden, self.n_head * self.head_dim, self.n_kv_head * self.head_dim);
+        let blk = |name: &str| format!("blk.{layer}.{name}");
+        vec![
+            (blk("attn_norm.weight"), vec![h]),
+            (blk("ffn_norm.weight"), vec![h]),
+            (blk("attn_q.weight"), vec![q, h]),
+            (blk("attn_k.weight"), vec![kv, h]),
+            (blk("attn_v.weight"), vec![kv, h]),
+            (blk("attn_output.weight"), vec![h, q]),
+            (blk("ffn_gate.weight"), vec![ffn, h]),
+            (blk("ffn_up.weight"), vec![ffn, h]),
+            (blk("ffn_down.weight"), vec![h, ffn]),
+            (blk("attn_q.bias"), vec![q]),
+            (blk("attn_k.bias"), vec![kv]),
+            (blk("attn_v.bias"), vec![kv]),
+            (blk("attn_q_norm.weight"), vec![self.head_dim]),
+            (blk("attn_k_norm.weight"), vec![self.head_dim]),
+            (blk("post_attention_norm.weight"), vec![h]),
+            (blk("post_ffw_norm.weight"), vec![h]),
+        ]
+        .into_iter()
+        .chain(
+            (layer == 0)
+                .then(|| {
+                    [
+                        ("token_embd.weight".to_string(), vec![vocab, h]),
+                        ("output.weight".to_string(), vec![vocab, h]),
+                        ("output_norm.weight".to_string(), vec![h]),
+                        ("rope_freqs.weight".to_string(), vec![self.head_dim / 2]),
+                    ]
+                })
+                .into_iter()
+                .flatten(),
+        )
+        .collect()
+    }
+
+    /// Check the file's tensors against the config before any is read: the required ones
+    /// present, every one of the shape the config implies. Returns (vocabulary, MLP width).
+    pub fn check_shapes(&self, weights: &dyn WeightSource) -> Result<(usize, usize)> {
+        self.validate()?;
+        let shape =
+            |name: &str| weights.shape(name).ok_or_else(|| Error::BadMetadata(format!("tensor `{name}` is missing")));
+        let vocab = match shape("token_embd.weight")?.as_slice() {
+            [vocab, h] if *h == self.hidden && *vocab > 0 => *vocab,
+            other => {
+                return Err(Error::BadMetadata(format!("token_embd.weight is {other:?}, not [vocab, {}]", self.hidden)))
+            }
+        };
+        let ffn = shape("blk.0.ffn_gate.weight")?.first().copied().unwrap_or(0);
+        const REQUIRED: [&str; 9] =
+            ["attn_norm", "ffn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"];
+        for layer in 0..self.n_layer {
+            for name in REQUIRED {
+                shape(&format!("blk.{layer}.{name}.weight"))?;
+            }
+            for (name, expected) in self.expected_shapes(vocab, ffn, layer) {
+                if let Some(actual) = weights.shape(&name) {
+                    if actual != expected {
+                        return Err(Error::BadMetadata(format!(
+                            "tensor `{name}` is {actual:?}, the config implies {expected:?}"
+                        )));
+                    }
+                }
+            }
+        }
+        shape("output_norm.weight")?;
+        Ok((vocab, ffn))
+    }
+
+    /// Bytes the model allocates beyond its weights for a cache of `capacity` positions: the
+    /// KV cache, the rotary tables and the working set of a prefill chunk. `None` when it
+    /// would not even fit in a `u64`.
+    pub fn runtime_bytes(&self, capacity: usize, vocab: usize, ffn: usize) -> Option<u64> {
+        let f32s = |n: u64| n.checked_mul(4);
+        let kv = (self.n_layer as u64).checked_mul(2)?.checked_mul((self.n_kv_head * self.head_dim) as u64)?;
+        let kv_cache = f32s(kv.checked_mul(capacity as u64)?)?;
+        let tables = 1 + u64::from(self.quirks.sliding_window.is_some());
+        let rotary = f32s(tables.checked_mul(capacity as u64)?.checked_mul(self.head_dim as u64)?)?;
+        // A prefill chunk holds a few activations of the widest layer at once, and a
+        // verification pass scores up to MAX_K + 1 positions over the vocabulary.
+        let widest = self.hidden.max(ffn).max(self.n_head * self.head_dim) as u64;
+        let chunk = f32s((crate::generate::PREFILL_CHUNK as u64).checked_mul(widest)?.checked_mul(8)?)?;
+        let logits = f32s((crate::speculative::MAX_K as u64 + 1).checked_mul(vocab as u64)?)?;
+        kv_cache.checked_add(rotary)?.checked_add(chunk)?.checked_add(logits)
+    }
+
     fn window(&self, layer: usize) -> Option<SlidingWindow> {
         self.quirks.sliding_window.filter(|w| w.global_every == 0 || (layer + 1) % w.global_every != 0)
     }
@@ -130,6 +262,7 @@ impl Decoder {
         device: &Device,
         capacity: usize,
     ) -> Result<Self> {
+        config.check_shapes(weights)?;
         let embed = Arc::new(weights.quantized("token_embd.weight", device)?);
         let vocab_size = embed.shape().dims2()?.0;
         let lm_head = match weights.has("output.weight") {

@@ -17,31 +17,33 @@ const LOCAL_ROPE_BASE: f32 = 10_000.0;
 const LAYERS_OF_27B: usize = 62;
 
 pub fn config(gguf: &GgufFile) -> Result<DecoderConfig> {
-    let n_head = gguf.u32("gemma3.attention.head_count")? as usize;
-    let hidden = gguf.u32("gemma3.embedding_length")? as usize;
-    let sliding_window = gguf.u32("gemma3.attention.sliding_window").ok().map(|size| SlidingWindow {
-        size: size as usize,
-        global_every: gguf.u32("gemma3.attention.sliding_window_pattern").map_or(GLOBAL_EVERY, |n| n as usize),
-        rope_base: gguf.f32("gemma3.rope.local_freq_base").unwrap_or(LOCAL_ROPE_BASE),
+    let n_head = gguf.count("gemma3.attention.head_count")?;
+    let hidden = gguf.count("gemma3.embedding_length")?;
+    let global_every = gguf.optional_count("gemma3.attention.sliding_window_pattern")?.unwrap_or(GLOBAL_EVERY);
+    let local_rope_base = gguf.optional_f32("gemma3.rope.local_freq_base")?.unwrap_or(LOCAL_ROPE_BASE);
+    let sliding_window = gguf.optional_count("gemma3.attention.sliding_window")?.map(|size| SlidingWindow {
+        size,
+        global_every,
+        rope_base: local_rope_base,
     });
     let linear_scaling = gguf.string("gemma3.rope.scaling.type").is_ok_and(|t| t == "linear");
-    let n_layer = gguf.u32("gemma3.block_count")? as usize;
-    let head_dim = gguf.u32("gemma3.attention.key_length").map(|d| d as usize).unwrap_or(hidden / n_head);
+    let n_layer = gguf.count("gemma3.block_count")?;
+    let head_dim = gguf.optional_count("gemma3.attention.key_length")?.unwrap_or(hidden / n_head);
     Ok(DecoderConfig {
         n_layer,
         n_head,
-        n_kv_head: gguf.u32("gemma3.attention.head_count_kv").map(|n| n as usize).unwrap_or(n_head),
+        n_kv_head: gguf.optional_count("gemma3.attention.head_count_kv")?.unwrap_or(n_head),
         head_dim,
         hidden,
         rms_eps: gguf.f32("gemma3.attention.layer_norm_rms_epsilon")?,
-        rope_base: gguf.f32("gemma3.rope.freq_base").unwrap_or(1_000_000.0),
+        rope_base: gguf.optional_f32("gemma3.rope.freq_base")?.unwrap_or(1_000_000.0),
         rope_style: RopeStyle::Neox,
-        trained_context: gguf.u32("gemma3.context_length")? as usize,
+        trained_context: gguf.count("gemma3.context_length")?,
         quirks: Quirks {
             activation: Activation::GeluTanh,
             embed_scale: Some((hidden as f32).sqrt()),
             sliding_window,
-            rope_scale: linear_scaling.then(|| gguf.f32("gemma3.rope.scaling.factor").ok()).flatten(),
+            rope_scale: if linear_scaling { gguf.optional_f32("gemma3.rope.scaling.factor")? } else { None },
             query_scale: (n_layer == LAYERS_OF_27B).then(|| query_scale(head_dim, hidden / n_head)),
         },
     })

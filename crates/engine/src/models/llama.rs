@@ -7,18 +7,18 @@ use crate::error::Result;
 use crate::gguf::GgufFile;
 
 pub fn config(gguf: &GgufFile) -> Result<DecoderConfig> {
-    let n_head = gguf.u32("llama.attention.head_count")? as usize;
-    let hidden = gguf.u32("llama.embedding_length")? as usize;
+    let n_head = gguf.count("llama.attention.head_count")?;
+    let hidden = gguf.count("llama.embedding_length")?;
     Ok(DecoderConfig {
-        n_layer: gguf.u32("llama.block_count")? as usize,
+        n_layer: gguf.count("llama.block_count")?,
         n_head,
-        n_kv_head: gguf.u32("llama.attention.head_count_kv").map(|n| n as usize).unwrap_or(n_head),
-        head_dim: gguf.u32("llama.attention.key_length").map(|d| d as usize).unwrap_or(hidden / n_head),
+        n_kv_head: gguf.optional_count("llama.attention.head_count_kv")?.unwrap_or(n_head),
+        head_dim: gguf.optional_count("llama.attention.key_length")?.unwrap_or(hidden / n_head),
         hidden,
         rms_eps: gguf.f32("llama.attention.layer_norm_rms_epsilon")?,
-        rope_base: gguf.f32("llama.rope.freq_base").unwrap_or(10_000.0),
+        rope_base: gguf.optional_f32("llama.rope.freq_base")?.unwrap_or(10_000.0),
         rope_style: RopeStyle::Interleaved,
-        trained_context: gguf.u32("llama.context_length")? as usize,
+        trained_context: gguf.count("llama.context_length")?,
         quirks: Default::default(),
     })
 }

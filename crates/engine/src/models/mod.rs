@@ -40,6 +40,8 @@ pub trait CausalLm: Send {
 /// Where a model's tensors come from: a GGUF file, or a map built in a test.
 pub trait WeightSource {
     fn has(&self, name: &str) -> bool;
+    /// A tensor's shape, outermost first, without reading it.
+    fn shape(&self, name: &str) -> Option<Vec<usize>>;
     /// A weight to multiply by, in the type with the fastest kernel on `device`.
     fn quantized(&mut self, name: &str, device: &Device) -> Result<QTensor>;
     /// A small tensor (norms, biases), dequantized to f32.
@@ -51,6 +53,10 @@ pub trait WeightSource {
 impl WeightSource for GgufFile {
     fn has(&self, name: &str) -> bool {
         self.has_tensor(name)
+    }
+
+    fn shape(&self, name: &str) -> Option<Vec<usize>> {
+        GgufFile::shape(self, name).map(<[usize]>::to_vec)
     }
 
     fn quantized(&mut self, name: &str, device: &Device) -> Result<QTensor> {
@@ -67,6 +73,10 @@ impl WeightSource for GgufFile {
 impl WeightSource for HashMap<String, Tensor> {
     fn has(&self, name: &str) -> bool {
         self.contains_key(name)
+    }
+
+    fn shape(&self, name: &str) -> Option<Vec<usize>> {
+        self.get(name).map(|t| t.dims().to_vec())
     }
 
     fn quantized(&mut self, name: &str, device: &Device) -> Result<QTensor> {
@@ -122,6 +132,8 @@ pub fn load_model(gguf: &mut GgufFile, device: &Device, context: usize) -> Resul
         _ => llama::config(gguf)?,
     };
     let context = context.min(config.trained_context).max(1);
+    let (vocab, ffn) = config.check_shapes(gguf)?;
+    check_memory(gguf, &config, context, vocab, ffn, device)?;
     let requantized = describe_requantization(gguf, device);
     for line in &requantized {
         tracing::info!("requantized {line} at load: candle has no SIMD kernel for the original type");
@@ -139,6 +151,39 @@ pub fn load_model(gguf: &mut GgufFile, device: &Device, context: usize) -> Resul
         requantized,
     };
     Ok((Box::new(model), info))
+}
+
+/// Refuse a load whose weights, KV cache, rotary tables and working set would not fit in the
+/// memory that is free, counted before any of it is allocated.
+fn check_memory(
+    gguf: &GgufFile,
+    config: &decoder::DecoderConfig,
+    context: usize,
+    vocab: usize,
+    ffn: usize,
+    device: &Device,
+) -> Result<()> {
+    let weights = loaded_weight_bytes(gguf, device);
+    let needed = config.runtime_bytes(context, vocab, ffn).and_then(|extra| weights.checked_add(extra));
+    crate::inspect::check_fits_in_memory(gguf.path(), needed.unwrap_or(u64::MAX), 0)
+}
+
+/// Bytes the weights take once loaded: as stored, but a type requantized at load takes its
+/// new type's size and a vector (norms, biases) is widened to f32.
+fn loaded_weight_bytes(gguf: &GgufFile, device: &Device) -> u64 {
+    gguf.content()
+        .tensor_infos
+        .values()
+        .map(|t| {
+            let elements = t.shape.elem_count() as u64;
+            let dtype = match t.shape.rank() {
+                1 => GgmlDType::F32,
+                _ if device.is_cpu() && has_slow_cpu_kernel(t.ggml_dtype) => GgmlDType::Q8_0,
+                _ => t.ggml_dtype,
+            };
+            elements / dtype.block_size() as u64 * dtype.type_size() as u64
+        })
+        .fold(0u64, u64::saturating_add)
 }
 
 fn file_stem(gguf: &GgufFile) -> String {

@@ -6,18 +6,18 @@ use crate::error::Result;
 use crate::gguf::GgufFile;
 
 pub fn config(gguf: &GgufFile) -> Result<DecoderConfig> {
-    let n_head = gguf.u32("qwen2.attention.head_count")? as usize;
-    let hidden = gguf.u32("qwen2.embedding_length")? as usize;
+    let n_head = gguf.count("qwen2.attention.head_count")?;
+    let hidden = gguf.count("qwen2.embedding_length")?;
     Ok(DecoderConfig {
-        n_layer: gguf.u32("qwen2.block_count")? as usize,
+        n_layer: gguf.count("qwen2.block_count")?,
         n_head,
-        n_kv_head: gguf.u32("qwen2.attention.head_count_kv")? as usize,
+        n_kv_head: gguf.count("qwen2.attention.head_count_kv")?,
         head_dim: hidden / n_head,
         hidden,
         rms_eps: gguf.f32("qwen2.attention.layer_norm_rms_epsilon")?,
-        rope_base: gguf.f32("qwen2.rope.freq_base").unwrap_or(1_000_000.0),
+        rope_base: gguf.optional_f32("qwen2.rope.freq_base")?.unwrap_or(1_000_000.0),
         rope_style: RopeStyle::Neox,
-        trained_context: gguf.u32("qwen2.context_length")? as usize,
+        trained_context: gguf.count("qwen2.context_length")?,
         quirks: Default::default(),
     })
 }

@@ -7,18 +7,18 @@ use crate::error::Result;
 use crate::gguf::GgufFile;
 
 pub fn config(gguf: &GgufFile) -> Result<DecoderConfig> {
-    let n_head = gguf.u32("qwen3.attention.head_count")? as usize;
-    let hidden = gguf.u32("qwen3.embedding_length")? as usize;
+    let n_head = gguf.count("qwen3.attention.head_count")?;
+    let hidden = gguf.count("qwen3.embedding_length")?;
     Ok(DecoderConfig {
-        n_layer: gguf.u32("qwen3.block_count")? as usize,
+        n_layer: gguf.count("qwen3.block_count")?,
         n_head,
-        n_kv_head: gguf.u32("qwen3.attention.head_count_kv")? as usize,
-        head_dim: gguf.u32("qwen3.attention.key_length").map(|d| d as usize).unwrap_or(hidden / n_head),
+        n_kv_head: gguf.count("qwen3.attention.head_count_kv")?,
+        head_dim: gguf.optional_count("qwen3.attention.key_length")?.unwrap_or(hidden / n_head),
         hidden,
         rms_eps: gguf.f32("qwen3.attention.layer_norm_rms_epsilon")?,
-        rope_base: gguf.f32("qwen3.rope.freq_base").unwrap_or(1_000_000.0),
+        rope_base: gguf.optional_f32("qwen3.rope.freq_base")?.unwrap_or(1_000_000.0),
         rope_style: RopeStyle::Neox,
-        trained_context: gguf.u32("qwen3.context_length")? as usize,
+        trained_context: gguf.count("qwen3.context_length")?,
         quirks: Default::default(),
     })
 }

@@ -93,7 +93,7 @@ pub fn generate_speculative(
     costs: &mut CostModel,
     sink: &mut dyn TokenSink,
 ) -> Result<Generation> {
-    options.sampling.validate()?;
+    options.validate()?;
     if !start(target, prompt, sink)? {
         return Ok(Generation::cancelled(prompt.len()));
     }

@@ -23,6 +23,9 @@ const END_OF_TURN_TEXTS: &[&str] =
 
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
+    /// The same tokenizer reading special-token text as plain text: for what users write,
+    /// so that typing `<|im_end|>` cannot end a turn or forge a system message.
+    literal: tokenizers::Tokenizer,
     /// `tokenizer.ggml.tokens`: the vocabulary by id, as the file spells it.
     tokens: Vec<String>,
     stop_ids: BTreeSet<u32>,
@@ -37,6 +40,7 @@ impl Tokenizer {
             _ => byte_level_bpe(gguf)?,
         };
         let tokens = gguf.string_array("tokenizer.ggml.tokens")?;
+        check_vocabulary(gguf, &tokens)?;
         let id_text = |key: &str| gguf.u32(key).ok().and_then(|id| tokens.get(id as usize).cloned());
         let mut stop_ids: BTreeSet<u32> = ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"]
             .iter()
@@ -46,6 +50,7 @@ impl Tokenizer {
         Ok(Self {
             bos: id_text("tokenizer.ggml.bos_token_id"),
             eos: id_text("tokenizer.ggml.eos_token_id"),
+            literal: literal(&inner),
             inner,
             tokens,
             stop_ids,
@@ -61,13 +66,42 @@ impl Tokenizer {
             .unk_token(tokens.first().cloned().unwrap_or_default())
             .build()
             .map_err(|e| Error::Tokenizer(e.to_string()))?;
-        Ok(Self { inner: tokenizers::Tokenizer::new(model), tokens, stop_ids: BTreeSet::new(), bos: None, eos: None })
+        let inner = tokenizers::Tokenizer::new(model);
+        Ok(Self { literal: literal(&inner), inner, tokens, stop_ids: BTreeSet::new(), bos: None, eos: None })
     }
 
     /// Token ids of `text`, special tokens parsed (never split), with the model's own BOS setting.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
         let encoding = self.inner.encode(text, true).map_err(|e| Error::Tokenizer(e.to_string()))?;
         Ok(encoding.get_ids().to_vec())
+    }
+
+    /// Token ids of text inside a prompt: special tokens parsed, no BOS.
+    pub fn encode_without_bos(&self, text: &str) -> Result<Vec<u32>> {
+        let encoding = self.inner.encode(text, false).map_err(|e| Error::Tokenizer(e.to_string()))?;
+        Ok(encoding.get_ids().to_vec())
+    }
+
+    /// The texts of the special tokens (`<|im_end|>`), for defusing them in user text.
+    pub fn special_texts(&self) -> impl Iterator<Item = &str> + '_ {
+        self.tokens.iter().map(String::as_str).filter(|t| self.inner.get_added_vocabulary().is_special_token(t))
+    }
+
+    /// Token ids of text a user wrote: special-token text in it is read as plain text, and
+    /// no BOS is added (it goes inside a prompt).
+    pub fn encode_literal(&self, text: &str) -> Result<Vec<u32>> {
+        let encoding = self.literal.encode(text, false).map_err(|e| Error::Tokenizer(e.to_string()))?;
+        Ok(encoding.get_ids().to_vec())
+    }
+
+    /// The ids a prompt starts with (BOS for models that add one).
+    pub fn prefix_ids(&self) -> Result<Vec<u32>> {
+        self.encode("")
+    }
+
+    /// Whether `id` is a special (control) token: text a user writes must never become one.
+    pub fn is_special(&self, id: u32) -> bool {
+        self.inner.get_added_vocabulary().is_special_token(self.tokens.get(id as usize).map_or("", String::as_str))
     }
 
     /// The text of `ids`, special tokens included.
@@ -100,6 +134,36 @@ impl Tokenizer {
     pub fn stream(&self) -> TokenStream<'_> {
         TokenStream { tokenizer: self, ids: Vec::new(), prefix: 0, read: 0 }
     }
+}
+
+fn literal(inner: &tokenizers::Tokenizer) -> tokenizers::Tokenizer {
+    let mut literal = inner.clone();
+    literal.set_encode_special_tokens(true);
+    literal
+}
+
+/// A vocabulary the rest of the metadata agrees with: not empty, token types one per token,
+/// special ids inside it.
+fn check_vocabulary(gguf: &GgufFile, tokens: &[String]) -> Result<()> {
+    if tokens.is_empty() {
+        return Err(Error::BadMetadata("the vocabulary (`tokenizer.ggml.tokens`) is empty".into()));
+    }
+    if gguf.content().metadata.contains_key("tokenizer.ggml.token_type") {
+        let types = gguf.i32_array("tokenizer.ggml.token_type")?;
+        if types.len() != tokens.len() {
+            let (t, v) = (types.len(), tokens.len());
+            return Err(Error::BadMetadata(format!("{t} token types for a vocabulary of {v}")));
+        }
+    }
+    for key in ["bos", "eos", "eot", "unknown", "padding", "pad"].map(|k| format!("tokenizer.ggml.{k}_token_id")) {
+        if gguf.content().metadata.contains_key(&key) {
+            let id = gguf.u32(&key)?;
+            if id as usize >= tokens.len() {
+                return Err(Error::BadMetadata(format!("`{key}` is {id}, outside the vocabulary of {}", tokens.len())));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// GPT-2 style byte-level BPE (`tokenizer.ggml.model` = `gpt2`: Qwen, Llama 3, SmolLM2).

@@ -20,6 +20,16 @@ pub struct Behaviour {
     pub wrong_sha256: bool,
     /// Answer Range requests with the whole file (200), as some proxies do.
     pub ignore_range: bool,
+    /// A hostile mirror: send this as the etag (quoted) instead of the sha256.
+    pub etag: Option<String>,
+    /// ... this as the commit.
+    pub commit: Option<String>,
+    /// ... these names as the repository's files.
+    pub siblings: Option<Vec<String>>,
+    /// ... this many bytes more than the announced size.
+    pub extra_bytes: usize,
+    /// Wait this long after each MiB sent (to overlap two downloads).
+    pub delay_per_mib: Option<std::time::Duration>,
 }
 
 pub struct StandIn {
@@ -130,10 +140,10 @@ impl Shared {
         let resolve = format!("/{}/resolve/main/{}", self.repo, self.file);
         let api = format!("/api/models/{}", self.repo);
         if path == api {
-            let body = format!(
-                r#"{{"id":"{}","siblings":[{{"rfilename":"README.md"}},{{"rfilename":"{}"}},{{"rfilename":"model-Q8_0.gguf"}}]}}"#,
-                self.repo, self.file
-            );
+            let names = self.behaviour.lock().unwrap().siblings.clone();
+            let names = names.unwrap_or_else(|| vec!["README.md".into(), self.file.clone(), "model-Q8_0.gguf".into()]);
+            let siblings: Vec<String> = names.iter().map(|n| format!(r#"{{"rfilename":{n:?}}}"#)).collect();
+            let body = format!(r#"{{"id":"{}","siblings":[{}]}}"#, self.repo, siblings.join(","));
             write!(
                 stream,
                 "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
@@ -150,23 +160,43 @@ impl Shared {
             )?;
             return Ok(true);
         }
-        let behaviour = &mut *self.behaviour.lock().unwrap();
-        let sha = if behaviour.wrong_sha256 { "f".repeat(64) } else { self.sha256.clone() };
+        let (sha, commit, ignore_range, extra, delay) = {
+            let b = self.behaviour.lock().unwrap();
+            let sha = if b.wrong_sha256 { "f".repeat(64) } else { self.sha256.clone() };
+            let sha = b.etag.clone().unwrap_or(sha);
+            let commit = b.commit.clone().unwrap_or_else(|| COMMIT.to_string());
+            (sha, commit, b.ignore_range, vec![0x5au8; b.extra_bytes], b.delay_per_mib)
+        };
         let total = self.data.len() as u64;
         let hub_headers = format!(
-            "X-Repo-Commit: {COMMIT}\r\nX-Linked-Etag: \"{sha}\"\r\nX-Linked-Size: {total}\r\nETag: \"{sha}\"\r\n"
+            "X-Repo-Commit: {commit}\r\nX-Linked-Etag: \"{sha}\"\r\nX-Linked-Size: {total}\r\nETag: \"{sha}\"\r\n"
         );
         if method == "HEAD" {
             write!(stream, "HTTP/1.1 200 OK\r\n{hub_headers}Content-Length: {total}\r\n\r\n")?;
             return Ok(true);
         }
-        let start = if behaviour.ignore_range { 0 } else { range.unwrap_or(0).min(total) };
+        let start = if ignore_range { 0 } else { range.unwrap_or(0).min(total) };
         let status = if start > 0 { "206 Partial Content" } else { "200 OK" };
         let content_range =
             if start > 0 { format!("Content-Range: bytes {start}-{}/{total}\r\n", total - 1) } else { String::new() };
-        write!(stream, "HTTP/1.1 {status}\r\n{hub_headers}{content_range}Content-Length: {}\r\n\r\n", total - start)?;
-        let body = &self.data[start as usize..];
-        let cut = if behaviour.cuts.is_empty() { None } else { Some(behaviour.cuts.remove(0)) };
+        let length = total - start + extra.len() as u64;
+        write!(stream, "HTTP/1.1 {status}\r\n{hub_headers}{content_range}Content-Length: {length}\r\n\r\n")?;
+        let body = [&self.data[start as usize..], &extra[..]].concat();
+        let cut = {
+            let mut b = self.behaviour.lock().unwrap();
+            if b.cuts.is_empty() {
+                None
+            } else {
+                Some(b.cuts.remove(0))
+            }
+        };
+        if let Some(delay) = delay {
+            for chunk in body.chunks(1 << 20) {
+                stream.write_all(chunk)?;
+                std::thread::sleep(delay);
+            }
+            return Ok(true);
+        }
         match cut {
             Some(n) if (n as usize) < body.len() => {
                 stream.write_all(&body[..n as usize])?;
@@ -175,7 +205,7 @@ impl Shared {
                 Ok(false)
             }
             _ => {
-                stream.write_all(body)?;
+                stream.write_all(&body)?;
                 Ok(true)
             }
         }

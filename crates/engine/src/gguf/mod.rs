@@ -1,5 +1,14 @@
-//! Opening GGUF files with clear errors: a foreign file, a truncated download and a
-//! missing metadata key each get their own message before any weight is read.
+//! Opening GGUF files with clear errors: a foreign file, a truncated download, a malformed
+//! header and a missing metadata key each get their own message before any weight is read.
+
+mod header;
+
+pub use header::HeaderError;
+
+/// Parse a GGUF header held in memory: the fuzz and property tests' entry point.
+pub fn parse_header(bytes: &[u8]) -> std::result::Result<gguf_file::Content, HeaderError> {
+    header::parse(&mut &bytes[..], bytes.len() as u64)
+}
 
 use crate::error::{Error, Result};
 use candle_core::quantized::{gguf_file, QTensor};
@@ -25,15 +34,10 @@ impl GgufFile {
         let file_len = file.metadata().map_err(io_err)?.len();
         let mut reader = BufReader::new(file);
         check_magic(&path, &mut reader, file_len)?;
-        let content = gguf_file::Content::read(&mut reader).map_err(|e| {
-            let reason = crate::error::first_line(&e);
-            if looks_like_eof(&reason) {
-                Error::Truncated { path: path.clone(), reason: format!("the header ends early ({reason})") }
-            } else {
-                Error::NotGguf { path: path.clone(), reason: format!("unreadable header: {reason}") }
-            }
+        let content = header::parse(&mut reader, file_len).map_err(|e| match e {
+            HeaderError::Truncated(reason) => Error::Truncated { path: path.clone(), reason },
+            HeaderError::Invalid(reason) => Error::BadHeader { path: path.clone(), reason },
         })?;
-        check_tensor_extents(&path, &content, file_len)?;
         Ok(Self { path, content, reader })
     }
 
@@ -64,21 +68,52 @@ impl GgufFile {
         self.content.metadata.get(key).ok_or_else(|| Error::BadMetadata(format!("metadata key `{key}` is missing")))
     }
 
-    pub fn u32(&self, key: &str) -> Result<u32> {
-        let value = self.value(key)?;
-        value
-            .to_u32()
-            .or_else(|_| value.to_u64().map(|v| v as u32))
-            .or_else(|_| value.to_i32().map(|v| v as u32))
-            .map_err(|_| Error::BadMetadata(format!("`{key}` is not an integer: {value:?}")))
+    /// A count that must be at least 1 (heads, layers, lengths): zero would divide by zero
+    /// or build an empty model.
+    pub fn count(&self, key: &str) -> Result<usize> {
+        match self.u32(key)? {
+            0 => Err(Error::BadMetadata(format!("`{key}` is 0; it must be at least 1"))),
+            n => Ok(n as usize),
+        }
     }
 
+    /// A tensor's shape (outermost first) from the directory, without reading it.
+    pub fn shape(&self, name: &str) -> Option<&[usize]> {
+        self.content.tensor_infos.get(name).map(|t| t.shape.dims())
+    }
+
+    pub fn u32(&self, key: &str) -> Result<u32> {
+        let value = self.value(key)?;
+        match unsigned(value).and_then(|v| u32::try_from(v).ok()) {
+            Some(v) => Ok(v),
+            None => Err(Error::BadMetadata(format!("`{key}` is not an integer from 0 to 2^32: {value:?}"))),
+        }
+    }
+
+    /// An optional number: `None` when the key is absent, an error when it is there but not a
+    /// finite number (a bad value must not silently become the default).
+    pub fn optional_f32(&self, key: &str) -> Result<Option<f32>> {
+        match self.content.metadata.contains_key(key) {
+            true => self.f32(key).map(Some),
+            false => Ok(None),
+        }
+    }
+
+    /// An optional count, as [`Self::optional_f32`]: absent is `None`, present must be >= 1.
+    pub fn optional_count(&self, key: &str) -> Result<Option<usize>> {
+        match self.content.metadata.contains_key(key) {
+            true => self.count(key).map(Some),
+            false => Ok(None),
+        }
+    }
+
+    /// A finite number (NaN and infinities are refused: no hyper-parameter means them).
     pub fn f32(&self, key: &str) -> Result<f32> {
         let value = self.value(key)?;
-        value
-            .to_f32()
-            .or_else(|_| value.to_f64().map(|v| v as f32))
-            .map_err(|_| Error::BadMetadata(format!("`{key}` is not a number: {value:?}")))
+        match value.to_f32().or_else(|_| value.to_f64().map(|v| v as f32)) {
+            Ok(v) if v.is_finite() => Ok(v),
+            _ => Err(Error::BadMetadata(format!("`{key}` is not a finite number: {value:?}"))),
+        }
     }
 
     pub fn string(&self, key: &str) -> Result<String> {
@@ -114,6 +149,22 @@ impl GgufFile {
     }
 }
 
+/// An integer value of any width, if it is not negative.
+fn unsigned(value: &gguf_file::Value) -> Option<u64> {
+    use gguf_file::Value::*;
+    match *value {
+        U8(v) => Some(v.into()),
+        U16(v) => Some(v.into()),
+        U32(v) => Some(v.into()),
+        U64(v) => Some(v),
+        I8(v) => u64::try_from(v).ok(),
+        I16(v) => u64::try_from(v).ok(),
+        I32(v) => u64::try_from(v).ok(),
+        I64(v) => u64::try_from(v).ok(),
+        _ => None,
+    }
+}
+
 fn check_magic(path: &Path, reader: &mut BufReader<File>, file_len: u64) -> Result<()> {
     let mut magic = [0u8; 4];
     if file_len < 4 || reader.read_exact(&mut magic).is_err() {
@@ -127,31 +178,4 @@ fn check_magic(path: &Path, reader: &mut BufReader<File>, file_len: u64) -> Resu
     }
     use std::io::Seek;
     reader.rewind().map_err(|source| Error::Io { path: path.to_path_buf(), source })
-}
-
-fn looks_like_eof(reason: &str) -> bool {
-    let reason = reason.to_lowercase();
-    ["fill whole buffer", "eof", "exceeds", "end of file", "remaining"].iter().any(|needle| reason.contains(needle))
-}
-
-/// A download cut short keeps a valid header; the loss shows only in the tensor data.
-/// Catch it here, with the numbers, rather than as an I/O error halfway through loading.
-fn check_tensor_extents(path: &Path, content: &gguf_file::Content, file_len: u64) -> Result<()> {
-    let data_len = file_len.saturating_sub(content.tensor_data_offset);
-    for (name, info) in &content.tensor_infos {
-        let elems = info.shape.elem_count() as u64;
-        let block = info.ggml_dtype.block_size() as u64;
-        let bytes = elems / block * info.ggml_dtype.type_size() as u64;
-        let end = info.offset + bytes;
-        if end > data_len {
-            return Err(Error::Truncated {
-                path: path.to_path_buf(),
-                reason: format!(
-                    "tensor `{name}` needs {} bytes but the file has {file_len}",
-                    content.tensor_data_offset + end
-                ),
-            });
-        }
-    }
-    Ok(())
 }
