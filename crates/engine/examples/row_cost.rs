@@ -26,15 +26,16 @@ fn main() {
         _ => (GgmlDType::Q4K, 8960, 1536),
     };
     let weights = Tensor::randn(0f32, 0.02, (n, k), &Device::Cpu).and_then(|w| QTensor::quantize(&w, dtype)).unwrap();
-    let bytes = weights.data().unwrap();
+    let packed = specula_engine::kernels::Packed::new(dtype, n, k, &weights.data().unwrap()).unwrap().unwrap();
     let time_rows = |m: usize| {
         let lhs: Vec<f32> = (0..m * k).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect();
         let mut dst = vec![0f32; m * n];
         fastest(100, || {
-            assert!(specula_engine::kernels::matmul(dtype, (m, k, n), &lhs, &bytes, &mut dst).unwrap());
+            packed.matmul(m, &lhs, &mut dst).unwrap();
         })
     };
     let one = time_rows(1);
     let ratios: Vec<String> = (1..=17).map(|m| format!("{m}: {:.2}", time_rows(m) / one)).collect();
+    println!("{}", specula_engine::kernels::cpu_description());
     println!("{dtype:?} {n}x{k}: one row {:.3} ms; m rows / one row: {}", one * 1e3, ratios.join(", "));
 }

@@ -28,6 +28,7 @@ pub mod speculative;
 pub mod synth;
 pub mod tokenizer;
 
+pub use candle_core;
 pub use chat::{ChatTemplate, Message, Role};
 pub use error::{Error, ErrorInfo, Result};
 pub use generate::{

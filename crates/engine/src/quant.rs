@@ -5,30 +5,24 @@
 //! bit-for-bit the logits of k+1 single-token passes, and greedy speculative output equals
 //! plain output by construction, not by luck at near-ties.
 //!
-//! candle's `QMatMul` on x86 picks different kernels by row count (for example Q6_K takes a
-//! repacked tile kernel only when m > 1), so its rows differ in the last bits between m = 1
-//! and m = 5. On the CPU we call candle's generic `k_quants::matmul` instead: it quantizes
-//! each activation row on its own and computes every (row, column) dot product the same way
-//! whatever m is, while still reading each weight block once per tile of rows.
-//! Other devices use `QMatMul`.
-//!
-//! Measured here (release, 2 cores, AVX2): the generic path decodes the 1.5B target at about
-//! 9.5 tok/s; candle's repacked Q4_K/Q8_0 tiles (row-exact on AVX2, but expanded in memory)
-//! give 7.0 tok/s on real weights, which do not fit in cache. See PROFILE.md.
+//! On the CPU, the weight types of the models we run (Q4_K, Q6_K, Q5_0, Q8_0) are repacked at
+//! load for our kernels (`kernels`), which compute each row the same way whatever the batch
+//! and whatever the instruction set. Other types use candle's generic `k_quants::matmul`,
+//! which is row-exact too (one `vec_dot` per row and column). candle's `QMatMul` is not: on
+//! x86 it picks kernels by row count. Other devices use `QMatMul`.
 
 use crate::error::{Error, Result};
-use crate::kernels;
+use crate::kernels::{self, Packed};
 use candle_core::quantized::k_quants::{self, GgmlType};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{CpuStorage, CustomOp1, Device, Layout, Module, Shape, Tensor};
 use half::f16;
 use std::sync::Arc;
 
-/// Weight types whose candle CPU kernels are scalar (about 3x slower than their SIMD peers)
-/// and that have no kernel of ours on this CPU. They are requantized to Q8_0 at load, which
-/// has an AVX2/NEON kernel, at the price of more bytes read per token.
+/// Weight types candle multiplies with a scalar kernel on the CPU and we have no kernel for:
+/// requantized to Q8_0 at load, at the price of more bytes read per token.
 pub fn has_slow_cpu_kernel(dtype: GgmlDType) -> bool {
-    matches!(dtype, GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1) && !kernels::has_kernel(dtype)
+    matches!(dtype, GgmlDType::Q4_1 | GgmlDType::Q5_1) && !kernels::has_kernel(dtype)
 }
 
 /// Requantize a weight whose CPU kernel is slow to Q8_0. Q8_0 keeps 8 bits for values that
@@ -41,44 +35,88 @@ pub fn with_fast_cpu_kernel(weight: QTensor, device: &Device) -> Result<QTensor>
     Ok(QTensor::quantize(&dense, GgmlDType::Q8_0)?)
 }
 
+/// Where a weight's bytes live and which code multiplies by them.
+enum Weights {
+    /// CPU, a type with a kernel of ours: repacked, the file's layout dropped.
+    Packed(Packed),
+    /// CPU, any other type: candle's generic row-exact matmul.
+    Generic(Arc<QTensor>),
+    /// Another device: candle's `QMatMul`.
+    Device(QMatMul, Arc<QTensor>),
+}
+
 /// `y = x W^T (+ b)` with `W` kept quantized, `[out_features, in_features]`.
-#[derive(Clone)]
 pub struct QLinear {
-    weight: Arc<QTensor>,
-    /// Used off the CPU, where candle's kernels are the only ones.
-    qmatmul: QMatMul,
+    weights: Weights,
+    dtype: GgmlDType,
+    /// `(out_features, in_features)`.
+    shape: (usize, usize),
     bias: Option<Tensor>,
 }
 
 impl QLinear {
     pub fn new(weight: QTensor, bias: Option<Tensor>) -> Result<Self> {
-        Self::from_arc(Arc::new(weight), bias)
-    }
-
-    pub fn from_arc(weight: Arc<QTensor>, bias: Option<Tensor>) -> Result<Self> {
-        let qmatmul = QMatMul::from_arc(weight.clone())?;
-        Ok(Self { weight, qmatmul, bias })
+        let dtype = weight.dtype();
+        let shape = weight.shape().dims2()?;
+        let weights = match weight.device() {
+            Device::Cpu => match Packed::new(dtype, shape.0, shape.1, &weight.data()?)? {
+                Some(packed) => Weights::Packed(packed),
+                None => Weights::Generic(Arc::new(weight)),
+            },
+            _ => {
+                let weight = Arc::new(weight);
+                Weights::Device(QMatMul::from_arc(weight.clone())?, weight)
+            }
+        };
+        Ok(Self { weights, dtype, shape, bias })
     }
 
     pub fn dtype(&self) -> GgmlDType {
-        self.weight.dtype()
+        self.dtype
     }
 
     /// `x`: `[.., in_features]` f32 → `[.., out_features]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = if x.device().is_cpu() {
-            x.contiguous()?.apply_op1_no_bwd(&RowExactMatMul(&self.weight))?
-        } else {
-            self.qmatmul.forward(x)?
+        let y = match &self.weights {
+            Weights::Device(qmatmul, _) => qmatmul.forward(x)?,
+            cpu => x.contiguous()?.apply_op1_no_bwd(&RowExactMatMul {
+                weights: cpu,
+                shape: self.shape,
+                dtype: self.dtype,
+            })?,
         };
         Ok(match &self.bias {
             Some(bias) => y.broadcast_add(bias)?,
             None => y,
         })
     }
+
+    /// Rows `ids` of the weight matrix, dequantized: the token embedding lookup (a tied
+    /// output layer shares its matrix). Dequantizing the whole table would cost 0.9 GB of f32
+    /// for a 151k vocabulary.
+    pub fn rows(&self, ids: &[u32], device: &Device) -> Result<Tensor> {
+        let (rows, cols) = self.shape;
+        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= rows) {
+            return Err(Error::InvalidSetting(format!("token id {bad} is outside the vocabulary of {rows}")));
+        }
+        match &self.weights {
+            Weights::Packed(packed) => {
+                let mut out = vec![0f32; ids.len() * cols];
+                for (dst, &id) in out.chunks_exact_mut(cols).zip(ids) {
+                    packed.dequantize_row(id as usize, dst)?;
+                }
+                Ok(Tensor::from_vec(out, (ids.len(), cols), device)?)
+            }
+            Weights::Generic(weight) | Weights::Device(_, weight) => dequantize_rows(weight, ids, device),
+        }
+    }
 }
 
-struct RowExactMatMul<'a>(&'a QTensor);
+struct RowExactMatMul<'a> {
+    weights: &'a Weights,
+    shape: (usize, usize),
+    dtype: GgmlDType,
+}
 
 impl CustomOp1 for RowExactMatMul<'_> {
     fn name(&self) -> &'static str {
@@ -86,7 +124,7 @@ impl CustomOp1 for RowExactMatMul<'_> {
     }
 
     fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (n, k) = self.0.shape().dims2()?;
+        let (n, k) = self.shape;
         let dims = layout.shape().dims();
         let Some((&last, batch)) = dims.split_last() else { candle_core::bail!("matmul input has no dimensions") };
         if last != k {
@@ -98,12 +136,11 @@ impl CustomOp1 for RowExactMatMul<'_> {
             _ => candle_core::bail!("matmul input must be f32"),
         };
         let mut dst = vec![0f32; m * n];
-        let bytes = self.0.data()?;
-        let mkn = (m, k, n);
-        if kernels::matmul(self.0.dtype(), mkn, lhs, &bytes, &mut dst)? {
-            return Ok((CpuStorage::F32(dst), output_shape(batch, n)));
+        match self.weights {
+            Weights::Packed(packed) => packed.matmul(m, lhs, &mut dst)?,
+            Weights::Generic(weight) => candle_matmul(self.dtype, (m, k, n), lhs, &weight.data()?, &mut dst)?,
+            Weights::Device(..) => candle_core::bail!("a device weight in a CPU matmul"),
         }
-        candle_matmul(self.0.dtype(), mkn, lhs, &bytes, &mut dst)?;
         Ok((CpuStorage::F32(dst), output_shape(batch, n)))
     }
 }
@@ -254,13 +291,14 @@ mod tests {
     fn embedding_rows_match_full_dequantization() {
         let w = QTensor::quantize(&random((16, 256), 5), GgmlDType::Q4K).unwrap();
         let full = w.dequantize(&Device::Cpu).unwrap();
-        let rows = dequantize_rows(&w, &[3, 0, 15], &Device::Cpu).unwrap();
+        let rows = QLinear::new(w, None).unwrap().rows(&[3, 0, 15], &Device::Cpu).unwrap();
         for (i, id) in [3usize, 0, 15].iter().enumerate() {
             let a: Vec<f32> = rows.get(i).unwrap().to_vec1().unwrap();
             let b: Vec<f32> = full.get(*id).unwrap().to_vec1().unwrap();
             assert_eq!(a, b);
         }
-        assert!(dequantize_rows(&w, &[16], &Device::Cpu).is_err());
+        let w = QTensor::quantize(&random((16, 256), 5), GgmlDType::Q4_0).unwrap();
+        assert!(QLinear::new(w, None).unwrap().rows(&[16], &Device::Cpu).is_err());
     }
 
     #[test]
@@ -268,9 +306,8 @@ mod tests {
         let w = QTensor::quantize(&random((8, 64), 6), GgmlDType::Q5_1).unwrap();
         let fast = with_fast_cpu_kernel(w, &Device::Cpu).unwrap();
         assert_eq!(fast.dtype(), GgmlDType::Q8_0);
-        // Q5_0 has a kernel of ours where AVX2 is present, and then keeps its 5 bits.
+        // Q5_0 has a kernel of ours, and keeps its 5 bits.
         let w = QTensor::quantize(&random((8, 64), 6), GgmlDType::Q5_0).unwrap();
-        let expected = if kernels::has_kernel(GgmlDType::Q5_0) { GgmlDType::Q5_0 } else { GgmlDType::Q8_0 };
-        assert_eq!(with_fast_cpu_kernel(w, &Device::Cpu).unwrap().dtype(), expected);
+        assert_eq!(with_fast_cpu_kernel(w, &Device::Cpu).unwrap().dtype(), GgmlDType::Q5_0);
     }
 }

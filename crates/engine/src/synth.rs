@@ -207,7 +207,11 @@ fn vocab_size(tokenizer: &[(String, Value)]) -> Result<usize> {
 /// Write the model `spec` describes, with `tokenizer`'s metadata, to `path`.
 pub fn write(spec: &Spec, tokenizer: &[(String, Value)], path: impl AsRef<Path>) -> Result<()> {
     let path = path.as_ref();
-    if spec.heads == 0 || spec.hidden % spec.heads != 0 || spec.kv_heads == 0 || spec.heads % spec.kv_heads != 0 {
+    if spec.heads == 0
+        || !spec.hidden.is_multiple_of(spec.heads)
+        || spec.kv_heads == 0
+        || !spec.heads.is_multiple_of(spec.kv_heads)
+    {
         return Err(Error::InvalidSetting(format!(
             "{} heads and {} kv heads for a width of {}",
             spec.heads, spec.kv_heads, spec.hidden

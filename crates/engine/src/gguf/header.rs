@@ -110,13 +110,13 @@ impl Entry {
         };
         let block = self.dtype.block_size() as u64;
         let row = *self.dims.last().unwrap_or(&0) as u64;
-        if row % block != 0 {
+        if !row.is_multiple_of(block) {
             return invalid(format!(
                 "tensor `{name}`: rows of {row} do not divide into {:?} blocks of {block}",
                 self.dtype
             ));
         }
-        if self.offset % alignment != 0 {
+        if !self.offset.is_multiple_of(alignment) {
             return invalid(format!(
                 "tensor `{name}` starts at {}, not a multiple of the alignment {alignment}",
                 self.offset

@@ -1,176 +1,344 @@
-//! Multi-row CPU matmul kernels: each weight block is read and unpacked once, then multiplied
-//! with every activation row of the call (the k+1 rows of a verification pass).
+//! CPU matmul kernels for the weight types of the models we run (Q4_K, Q6_K, Q5_0, Q8_0).
 //!
-//! candle's generic `k_quants::matmul` runs a full `vec_dot` per (row, column), so a block is
-//! unpacked and its scales decoded again for every row and a pass over n rows costs nearly n
-//! times the arithmetic (PROFILE.md). Here the per-row work is only the multiply-adds.
+//! At load each weight matrix is repacked: 8 output rows ("columns" of the product) are
+//! interleaved in groups of 4 bytes, so that one SIMD lane holds one output and a single
+//! `vpdpbusd` (VNNI) or `vpmaddubsw` + `vpmaddwd` (AVX2) multiplies 4 weights of each of 8
+//! outputs by 4 activations at once. Each block's scales are laid out per lane too, and the
+//! bytes per weight stay those of the file (Q4_K grows 3%, for scales kept unpacked).
 //!
-//! Exactness: every kernel computes a row's dot product with the same instructions in the
-//! same order whatever the number of rows, so a row never depends on its batch. For Q4_K, Q6_K
-//! and Q8_0 these are exactly the operations of candle's AVX2 `vec_dot`, so results are
-//! bit-identical to candle's; Q5_0 (where candle has only a scalar kernel) sums its exact
-//! integer block products in another float order. The tests check all of this.
+//! What every path computes is defined in [`reference`]: an exact integer sum per block, then
+//! one fixed float step per block. So every path (scalar, AVX2, AVX-512 VNNI, AVX-VNNI) gives
+//! the same bits, and a row's result never depends on the rows it is multiplied with: the
+//! verification of k+1 tokens reproduces k+1 single-token passes exactly.
 //!
-//! Dispatch is at run time: AVX2 + FMA + F16C use these kernels; any other CPU, and any other weight
-//! type, keep candle's generic path ([`matmul`] answers `false`).
+//! The path is chosen at run time from the CPU's features; `SPECULA_KERNEL=scalar|avx2|avx512vnni|avxvnni`
+//! forces one (tests force each the CPU has). Other weight types keep candle's generic matmul.
 
-// Off x86-64 the kernels are not compiled, and with them the uses of the driver below.
-#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_imports, unused_macros))]
-
-#[cfg(target_arch = "x86_64")]
 mod q4k;
-#[cfg(target_arch = "x86_64")]
 mod q5_0;
-#[cfg(target_arch = "x86_64")]
 mod q6k;
-#[cfg(target_arch = "x86_64")]
 mod q8_0;
+pub mod reference;
+#[cfg(target_arch = "x86_64")]
+mod x86;
 
 use candle_core::quantized::k_quants::{BlockQ8K, BlockQ8_0, GgmlType};
 use candle_core::quantized::GgmlDType;
 use half::f16;
+use std::sync::OnceLock;
 
-/// Activation rows per work item: longer prompts are cut into tiles of this many rows, which
-/// stay in cache while a thread walks the columns.
+/// Output rows interleaved in one group: one per 32-bit lane of a 256-bit register.
+pub const COLS: usize = 8;
+/// Activation rows per work item: a tile's rows stay in cache while a thread walks the
+/// column groups.
 pub const ROW_TILE: usize = 32;
 
-/// Rows multiplied together per unpacked weight block, their accumulators held in registers
-/// (the kernels are instantiated for each count up to this). A tile's rows are split into
-/// near-equal groups of at most this many.
-const MAX_GROUP: usize = 8;
+/// An instruction set the kernels can run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Path {
+    /// Plain Rust: any CPU; the fallback.
+    Scalar,
+    /// AVX2 + FMA + F16C (x86-64-v3).
+    Avx2,
+    /// AVX2 with AVX-512 VNNI on 256-bit registers (and AVX-512 VL's 32 of them).
+    Avx512Vnni,
+    /// AVX2 with AVX-VNNI (the VEX form, on CPUs without AVX-512).
+    AvxVnni,
+}
 
-/// Defines a kernel file's `dot_rows` (what [`run`] calls for one column and one tile of rows):
-/// the tile's rows in near-equal groups of at most `MAX_GROUP`, each handed to the file's
-/// `dot_group::<R>` with R a compile-time constant, so its loops over rows unroll.
-macro_rules! dot_rows_in_groups {
-    ($weight:ty, $act:ty) => {
-        /// `out[r] = Σ_blocks column · row r` for the rows of one tile, in groups of rows.
-        ///
-        /// # Safety
-        /// The CPU must have AVX2, FMA and F16C; `acts` holds `out.len()` rows of
-        /// `blocks_per_row` blocks and `column` one row of weights of as many blocks.
-        #[target_feature(enable = "avx2,fma,f16c")]
-        pub(super) unsafe fn dot_rows(column: &[$weight], acts: &[$act], blocks_per_row: usize, out: &mut [f32]) {
-            let rows = out.len();
-            let groups = rows.div_ceil(super::MAX_GROUP);
-            let mut start = 0;
-            for g in 0..groups {
-                let len = (rows - start) / (groups - g);
-                let acts = &acts[start * blocks_per_row..(start + len) * blocks_per_row];
-                let out = &mut out[start..start + len];
-                match len {
-                    1 => dot_group::<1>(column, acts, blocks_per_row, out),
-                    2 => dot_group::<2>(column, acts, blocks_per_row, out),
-                    3 => dot_group::<3>(column, acts, blocks_per_row, out),
-                    4 => dot_group::<4>(column, acts, blocks_per_row, out),
-                    5 => dot_group::<5>(column, acts, blocks_per_row, out),
-                    6 => dot_group::<6>(column, acts, blocks_per_row, out),
-                    7 => dot_group::<7>(column, acts, blocks_per_row, out),
-                    8 => dot_group::<8>(column, acts, blocks_per_row, out),
-                    _ => unreachable!("groups hold 1 to MAX_GROUP rows"),
+impl Path {
+    pub const ALL: [Path; 4] = [Path::Scalar, Path::Avx2, Path::Avx512Vnni, Path::AvxVnni];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Path::Scalar => "scalar",
+            Path::Avx2 => "avx2",
+            Path::Avx512Vnni => "avx512vnni",
+            Path::AvxVnni => "avxvnni",
+        }
+    }
+
+    /// Whether this CPU can run the path.
+    pub fn available(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let avx2 = || {
+                is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+            };
+            match self {
+                Path::Scalar => true,
+                Path::Avx2 => avx2(),
+                Path::Avx512Vnni => {
+                    avx2() && is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl")
                 }
-                start += len;
+                Path::AvxVnni => avx2() && is_x86_feature_detected!("avxvnni"),
             }
         }
-    };
-}
-#[cfg(target_arch = "x86_64")]
-use dot_rows_in_groups;
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            self == Path::Scalar
+        }
+    }
 
-/// Whether this CPU runs the kernels here: AVX2, FMA and F16C (checked once).
-pub fn available() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        static AVX2_FMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *AVX2_FMA.get_or_init(|| {
-            is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
+    /// The fastest path this CPU has.
+    pub fn best() -> Path {
+        [Path::Avx512Vnni, Path::AvxVnni, Path::Avx2].into_iter().find(|p| p.available()).unwrap_or(Path::Scalar)
+    }
+
+    /// Rows multiplied together per unpacked weight block: as many as the accumulators that
+    /// fit in registers (16 on AVX2, 32 with AVX-512 VL).
+    fn max_group(self) -> usize {
+        match self {
+            Path::Avx512Vnni => 8,
+            _ => 4,
+        }
+    }
+}
+
+impl std::str::FromStr for Path {
+    type Err = crate::Error;
+    fn from_str(s: &str) -> crate::Result<Self> {
+        Path::ALL.into_iter().find(|p| p.name() == s).ok_or_else(|| {
+            crate::Error::InvalidSetting(format!("kernel path `{s}`: expected scalar, avx2, avx512vnni or avxvnni"))
         })
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
 }
 
-/// Whether a weight type has a multi-row kernel on this CPU.
+/// The path matmuls use: `SPECULA_KERNEL` if it names one this CPU has, else the best.
+pub fn current_path() -> Path {
+    static CHOSEN: OnceLock<Path> = OnceLock::new();
+    *CHOSEN.get_or_init(|| match std::env::var("SPECULA_KERNEL").ok().map(|s| s.parse::<Path>()) {
+        Some(Ok(path)) if path.available() => path,
+        Some(Ok(path)) => {
+            tracing::warn!("SPECULA_KERNEL={}: this CPU lacks it; using {}", path.name(), Path::best().name());
+            Path::best()
+        }
+        Some(Err(e)) => {
+            tracing::warn!("{e}; using {}", Path::best().name());
+            Path::best()
+        }
+        None => Path::best(),
+    })
+}
+
+/// The CPU's model name and the SIMD features the kernels care about, for benchmark records.
+pub fn cpu_description() -> String {
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+    let features: Vec<&str> = Path::ALL.into_iter().filter(|p| p.available()).map(Path::name).collect();
+    format!("{model} ({}; kernels use {})", features.join(", "), current_path().name())
+}
+
+/// Whether a weight type has a kernel here.
 pub fn has_kernel(dtype: GgmlDType) -> bool {
-    available() && matches!(dtype, GgmlDType::Q4K | GgmlDType::Q6K | GgmlDType::Q5_0 | GgmlDType::Q8_0)
+    matches!(dtype, GgmlDType::Q4K | GgmlDType::Q6K | GgmlDType::Q5_0 | GgmlDType::Q8_0)
 }
 
-/// `dst[m, n] = lhs[m, k] · W[n, k]ᵀ` for the weight bytes of a CPU `QTensor` of `dtype`.
-/// Returns `Ok(false)` (and leaves `dst` alone) when no kernel here handles `dtype`.
-pub fn matmul(
+/// A weight matrix `[n, k]` in the kernels' layout.
+pub struct Packed {
     dtype: GgmlDType,
-    (m, k, n): (usize, usize, usize),
-    lhs: &[f32],
-    weights: &[u8],
-    dst: &mut [f32],
-) -> candle_core::Result<bool> {
-    if !has_kernel(dtype) {
-        return Ok(false);
-    }
-    if lhs.len() != m * k || dst.len() != m * n {
-        candle_core::bail!("matmul sizes: lhs {} dst {} for ({m}, {k}, {n})", lhs.len(), dst.len());
-    }
-    #[cfg(target_arch = "x86_64")]
-    match dtype {
-        GgmlDType::Q4K => {
-            run::<BlockQ8K, Q8K, _, _>((m, k, n), lhs, blocks_of(weights)?, dst, Q8K::clone, q4k::dot_rows)
-        }
-        GgmlDType::Q6K => {
-            run::<BlockQ8K, Q8K, _, _>((m, k, n), lhs, blocks_of(weights)?, dst, q6k::prepare, q6k::dot_rows)
-        }
-        GgmlDType::Q5_0 => {
-            run::<BlockQ8_0, Q8_0, _, _>((m, k, n), lhs, blocks_of(weights)?, dst, q5_0::prepare, q5_0::dot_rows)
-        }
-        GgmlDType::Q8_0 => {
-            run::<BlockQ8_0, Q8_0, _, _>((m, k, n), lhs, blocks_of(weights)?, dst, Q8_0::clone, q8_0::dot_rows)
-        }
-        _ => unreachable!("has_kernel admits only the types above"),
-    }?;
-    Ok(true)
+    n: usize,
+    k: usize,
+    data: PackedData,
 }
 
-/// One column's dot products with a tile of rows: `(weight blocks of the column, activation
-/// blocks of the tile's rows, blocks per row, one output per row)`.
-/// Unsafe because it may only be called where [`available`] is true.
-type DotRows<W, A> = unsafe fn(&[W], &[A], usize, &mut [f32]);
+enum PackedData {
+    Q4K(Vec<q4k::Group>),
+    Q6K(Vec<q6k::Group>),
+    Q5_0(Vec<q5_0::Group>),
+    Q8_0(Vec<q8_0::Group>),
+}
 
-/// Quantizes the activation rows once (candle's `Act` blocks, seen as their mirror `M`) and
-/// prepares them for the kernel (per-row sums it would otherwise recompute for every column),
-/// then splits (row tile, column) items over candle's thread pool, row-tile major so one tile
-/// of activations stays hot in cache.
-fn run<Act: GgmlType, M, A: Sync, W: Sync>(
-    (m, k, n): (usize, usize, usize),
+impl Packed {
+    /// Repack the bytes of a CPU `QTensor` of `dtype` and shape `[n, k]`; `None` for a type
+    /// without a kernel.
+    pub fn new(dtype: GgmlDType, n: usize, k: usize, bytes: &[u8]) -> candle_core::Result<Option<Self>> {
+        let data = match dtype {
+            GgmlDType::Q4K => PackedData::Q4K(pack(blocks_of(bytes)?, n, k, q4k::pack)?),
+            GgmlDType::Q6K => PackedData::Q6K(pack(blocks_of(bytes)?, n, k, q6k::pack)?),
+            GgmlDType::Q5_0 => PackedData::Q5_0(pack(blocks_of(bytes)?, n, k, q5_0::pack)?),
+            GgmlDType::Q8_0 => PackedData::Q8_0(pack(blocks_of(bytes)?, n, k, q8_0::pack)?),
+            _ => return Ok(None),
+        };
+        Ok(Some(Self { dtype, n, k, data }))
+    }
+
+    pub fn dtype(&self) -> GgmlDType {
+        self.dtype
+    }
+
+    pub fn shape(&self) -> (usize, usize) {
+        (self.n, self.k)
+    }
+
+    /// `dst[m, n] = lhs[m, k] · Wᵀ` on the current path.
+    pub fn matmul(&self, m: usize, lhs: &[f32], dst: &mut [f32]) -> candle_core::Result<()> {
+        self.matmul_on(current_path(), m, lhs, dst)
+    }
+
+    /// [`Self::matmul`] on a given path (which this CPU must have).
+    pub fn matmul_on(&self, path: Path, m: usize, lhs: &[f32], dst: &mut [f32]) -> candle_core::Result<()> {
+        let (n, k) = (self.n, self.k);
+        if lhs.len() != m * k || dst.len() != m * n {
+            candle_core::bail!("matmul sizes: lhs {} dst {} for ({m}, {k}, {n})", lhs.len(), dst.len());
+        }
+        if !path.available() {
+            candle_core::bail!("this CPU cannot run the {} kernels", path.name());
+        }
+        let shape = Shape { m, k, n, path };
+        match &self.data {
+            PackedData::Q4K(groups) => run::<BlockQ8K, Q8K, _, _>(shape, lhs, groups, dst, q4k::prepare, q4k::dot),
+            PackedData::Q6K(groups) => run::<BlockQ8K, Q8K, _, _>(shape, lhs, groups, dst, q6k::prepare, q6k::dot),
+            PackedData::Q5_0(groups) => run::<BlockQ8_0, Q8_0, _, _>(shape, lhs, groups, dst, q5_0::prepare, q5_0::dot),
+            PackedData::Q8_0(groups) => run::<BlockQ8_0, Q8_0, _, _>(shape, lhs, groups, dst, q8_0::prepare, q8_0::dot),
+        }
+    }
+
+    /// Weight row `row` dequantized into `out` (`k` floats): the embedding lookup, from the
+    /// packed copy so the file's layout need not be kept as well.
+    pub fn dequantize_row(&self, row: usize, out: &mut [f32]) -> candle_core::Result<()> {
+        if row >= self.n || out.len() != self.k {
+            candle_core::bail!("row {row} of [{}, {}] into {} floats", self.n, self.k, out.len());
+        }
+        let blocks = self.k / block_size(self.dtype);
+        let (group, lane) = (row / COLS, row % COLS);
+        use candle_core::quantized::k_quants::{BlockQ4K, BlockQ5_0, BlockQ6K};
+        match &self.data {
+            PackedData::Q4K(g) => unpack_row::<_, _, BlockQ4K>(&g[group * blocks..][..blocks], lane, q4k::unpack, out),
+            PackedData::Q6K(g) => unpack_row::<_, _, BlockQ6K>(&g[group * blocks..][..blocks], lane, q6k::unpack, out),
+            PackedData::Q5_0(g) => {
+                unpack_row::<_, _, BlockQ5_0>(&g[group * blocks..][..blocks], lane, q5_0::unpack, out)
+            }
+            PackedData::Q8_0(g) => {
+                unpack_row::<_, _, BlockQ8_0>(&g[group * blocks..][..blocks], lane, q8_0::unpack, out)
+            }
+        }
+        Ok(())
+    }
+}
+
+fn block_size(dtype: GgmlDType) -> usize {
+    dtype.block_size()
+}
+
+/// The original blocks (mirror `M`) of one lane of packed groups, dequantized by candle's
+/// block type `B`.
+fn unpack_row<G, M, B: GgmlType>(groups: &[G], lane: usize, unpack: fn(&G, usize) -> M, out: &mut [f32]) {
+    let blocks: Vec<M> = groups.iter().map(|g| unpack(g, lane)).collect();
+    B::to_float(cast_blocks::<M, B>(&blocks), out);
+}
+
+/// Groups of [`COLS`] rows of blocks, group-major then block order; the last group padded
+/// with zero blocks.
+fn pack<B: Clone + ZeroBlock, G>(
+    blocks: &[B],
+    n: usize,
+    k: usize,
+    pack_group: fn(&[&B; COLS]) -> G,
+) -> candle_core::Result<Vec<G>> {
+    let block = B::ELEMENTS;
+    if !k.is_multiple_of(block) || blocks.len() != n * (k / block) {
+        candle_core::bail!("weights of {} blocks do not make [{n}, {k}]", blocks.len());
+    }
+    let per_row = k / block;
+    let zero = B::zero();
+    let mut groups = Vec::with_capacity(n.div_ceil(COLS) * per_row);
+    for group in 0..n.div_ceil(COLS) {
+        for b in 0..per_row {
+            let rows: [&B; COLS] = std::array::from_fn(|c| {
+                let row = group * COLS + c;
+                if row < n {
+                    &blocks[row * per_row + b]
+                } else {
+                    &zero
+                }
+            });
+            groups.push(pack_group(&rows));
+        }
+    }
+    Ok(groups)
+}
+
+/// A weight block type: its element count, and an all-zero block to pad the last group.
+pub(crate) trait ZeroBlock: Sized {
+    const ELEMENTS: usize;
+    fn zero() -> Self;
+}
+
+/// Sizes of one matmul.
+#[derive(Clone, Copy)]
+struct Shape {
+    m: usize,
+    k: usize,
+    n: usize,
+    path: Path,
+}
+
+/// One column group's dot products with a group of rows: `(path, weight groups of the column
+/// group, prepared activations of the rows (row-major), blocks per row, one output per row
+/// and lane)`.
+type Dot<G, A> = fn(Path, &[G], &[A], usize, &mut [[f32; COLS]]);
+
+/// Quantize the activation rows once (candle's `Act` blocks, seen as their mirror `M`),
+/// prepare them for the kernel (sums it would otherwise recompute for every column group),
+/// then split (row tile, column group) items over candle's thread pool, row-tile major.
+fn run<Act: GgmlType, M, A: Sync, G: Sync>(
+    Shape { m, k, n, path }: Shape,
     lhs: &[f32],
-    weights: &[W],
+    groups: &[G],
     dst: &mut [f32],
     prepare: fn(&M) -> A,
-    dot_rows: DotRows<W, A>,
+    dot: Dot<G, A>,
 ) -> candle_core::Result<()> {
-    let blocks_per_row = k / Act::BLCK_SIZE;
-    if k % Act::BLCK_SIZE != 0 || weights.len() != n * blocks_per_row {
-        candle_core::bail!("weights of {} blocks do not make [{n}, {k}]", weights.len());
+    let per_row = k / Act::BLCK_SIZE;
+    let column_groups = n.div_ceil(COLS);
+    if k % Act::BLCK_SIZE != 0 || groups.len() != column_groups * per_row {
+        candle_core::bail!("{} weight groups do not make [{n}, {k}]", groups.len());
     }
-    let mut quantized = vec![Act::zeros(); m * blocks_per_row];
-    for (row, out) in lhs.chunks_exact(k).zip(quantized.chunks_exact_mut(blocks_per_row)) {
+    let mut quantized = vec![Act::zeros(); m * per_row];
+    for (row, out) in lhs.chunks_exact(k).zip(quantized.chunks_exact_mut(per_row)) {
         Act::from_float(row, out);
     }
     let acts: Vec<A> = cast_blocks::<Act, M>(&quantized).iter().map(prepare).collect();
     let tiles = m.div_ceil(ROW_TILE);
     let dst_ptr = dst.as_mut_ptr() as usize;
-    candle_core::utils::barrier_pool().execute_chunked(tiles * n, |items| {
-        let mut out = [0f32; ROW_TILE];
+    let max_group = path.max_group();
+    candle_core::utils::barrier_pool().execute_chunked(tiles * column_groups, |items| {
+        let mut out = [[0f32; COLS]; ROW_TILE];
         for item in items {
-            let (tile, column) = (item / n, item % n);
+            let (tile, group) = (item / column_groups, item % column_groups);
             let rows = tile * ROW_TILE..m.min((tile + 1) * ROW_TILE);
-            let out = &mut out[..rows.len()];
-            let column_blocks = &weights[column * blocks_per_row..(column + 1) * blocks_per_row];
-            let tile_acts = &acts[rows.start * blocks_per_row..rows.end * blocks_per_row];
-            // SAFETY: `matmul` runs only where `available()` said AVX2, FMA and F16C are present.
-            unsafe { dot_rows(column_blocks, tile_acts, blocks_per_row, out) };
+            let weights = &groups[group * per_row..(group + 1) * per_row];
+            // The tile's rows in near-equal groups of at most `max_group`.
+            let count = rows.len().div_ceil(max_group);
+            let mut start = 0;
+            for g in 0..count {
+                let len = (rows.len() - start) / (count - g);
+                let first = rows.start + start;
+                dot(
+                    path,
+                    weights,
+                    &acts[first * per_row..(first + len) * per_row],
+                    per_row,
+                    &mut out[start..start + len],
+                );
+                start += len;
+            }
             for (i, row) in rows.enumerate() {
-                // SAFETY: each (row, column) belongs to exactly one item, so no two workers
-                // write the same element, and row * n + column < m * n = dst.len().
-                unsafe { *(dst_ptr as *mut f32).add(row * n + column) = out[i] };
+                for (c, &value) in out[i].iter().enumerate() {
+                    let column = group * COLS + c;
+                    if column < n {
+                        // SAFETY: each (row, column) belongs to exactly one item, so no two
+                        // workers write the same element, and row * n + column < m * n.
+                        unsafe { *(dst_ptr as *mut f32).add(row * n + column) = value };
+                    }
+                }
             }
         }
     });
@@ -182,7 +350,7 @@ fn run<Act: GgmlType, M, A: Sync, W: Sync>(
 /// of its block type, and any bit pattern is a valid value of these integer/float structs.
 pub(crate) fn blocks_of<T>(bytes: &[u8]) -> candle_core::Result<&[T]> {
     let size = std::mem::size_of::<T>();
-    if bytes.as_ptr().align_offset(std::mem::align_of::<T>()) != 0 || bytes.len() % size != 0 {
+    if bytes.as_ptr().align_offset(std::mem::align_of::<T>()) != 0 || !bytes.len().is_multiple_of(size) {
         candle_core::bail!("weight bytes ({}) are not whole, aligned blocks of {size} bytes", bytes.len());
     }
     // SAFETY: aligned and whole (checked above), and valid values of T (see above).
@@ -197,66 +365,55 @@ fn cast_blocks<From, To>(blocks: &[From]) -> &[To] {
     unsafe { std::slice::from_raw_parts(blocks.as_ptr().cast::<To>(), blocks.len()) }
 }
 
-/// The sum of 8 floats, in the order of candle's `avx::hsum_float_8` (so sums are bit-equal).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn hsum_float_8(x: std::arch::x86_64::__m256) -> f32 {
-    use std::arch::x86_64::*;
-    let res = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
-    let res = _mm_add_ps(res, _mm_movehl_ps(res, res));
-    let res = _mm_add_ss(res, _mm_movehdup_ps(res));
-    _mm_cvtss_f32(res)
-}
-
-/// f16 to f32 in one instruction. `half`'s `to_f32` is an out-of-line call behind a feature
-/// check, which costs more than the rest of a Q5_0 row's work. The conversion is exact.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f32_of(h: f16) -> f32 {
-    use std::arch::x86_64::*;
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h.to_bits() as i32)))
+/// Four bytes of activations as one little-endian word: what a lane multiplies by.
+#[inline(always)]
+fn word(bytes: &[i8], at: usize) -> i32 {
+    i32::from_le_bytes([bytes[at] as u8, bytes[at + 1] as u8, bytes[at + 2] as u8, bytes[at + 3] as u8])
 }
 
 // Mirrors of candle's block layouts (its fields are crate-private). They follow ggml's.
 
 const QK_K: usize = 256;
 
+#[derive(Clone)]
 #[repr(C)]
-pub(crate) struct Q4K {
-    d: f16,
-    dmin: f16,
-    scales: [u8; 12],
-    qs: [u8; QK_K / 2],
-}
-
-#[repr(C)]
-pub(crate) struct Q6K {
-    ql: [u8; QK_K / 2],
-    qh: [u8; QK_K / 4],
-    scales: [i8; QK_K / 16],
-    d: f16,
-}
-
-#[repr(C)]
-pub(crate) struct Q5_0 {
-    d: f16,
-    qh: [u8; 4],
-    qs: [u8; 16],
+pub struct Q4K {
+    pub d: f16,
+    pub dmin: f16,
+    pub scales: [u8; 12],
+    pub qs: [u8; QK_K / 2],
 }
 
 #[derive(Clone)]
 #[repr(C)]
-pub(crate) struct Q8K {
-    d: f32,
-    qs: [i8; QK_K],
-    bsums: [i16; QK_K / 16],
+pub struct Q6K {
+    pub ql: [u8; QK_K / 2],
+    pub qh: [u8; QK_K / 4],
+    pub scales: [i8; QK_K / 16],
+    pub d: f16,
 }
 
 #[derive(Clone)]
 #[repr(C)]
-pub(crate) struct Q8_0 {
-    d: f16,
-    qs: [i8; 32],
+pub struct Q5_0 {
+    pub d: f16,
+    pub qh: [u8; 4],
+    pub qs: [u8; 16],
+}
+
+#[derive(Clone)]
+#[repr(C)]
+pub struct Q8K {
+    pub d: f32,
+    pub qs: [i8; QK_K],
+    pub bsums: [i16; QK_K / 16],
+}
+
+#[derive(Clone)]
+#[repr(C)]
+pub struct Q8_0 {
+    pub d: f16,
+    pub qs: [i8; 32],
 }
 
 const _: () = {
@@ -270,85 +427,4 @@ const _: () = {
 };
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use candle_core::quantized::QTensor;
-    use candle_core::{Device, Tensor};
-
-    fn random(len: usize, seed: u64) -> Vec<f32> {
-        let mut state = seed;
-        (0..len)
-            .map(|_| {
-                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                ((state >> 33) as f32 / (1u64 << 31) as f32) - 0.5
-            })
-            .collect()
-    }
-
-    /// candle's generic matmul, the reference: one `vec_dot` per (row, column).
-    fn reference(dtype: GgmlDType, mkn: (usize, usize, usize), lhs: &[f32], bytes: &[u8]) -> Vec<f32> {
-        let mut dst = vec![0f32; mkn.0 * mkn.2];
-        crate::quant::candle_matmul(dtype, mkn, lhs, bytes, &mut dst).unwrap();
-        dst
-    }
-
-    /// Our result for every row count, checked against candle's reference and against the
-    /// same rows multiplied one at a time.
-    fn compare_with_candle(dtype: GgmlDType, check: impl Fn(&[f32], &[f32], usize)) {
-        let (k, n) = (512, 36);
-        let w = Tensor::from_vec(random(n * k, 1), (n, k), &Device::Cpu).unwrap();
-        let w = QTensor::quantize(&w, dtype).unwrap();
-        let bytes = w.data().unwrap();
-        for m in [1, 2, 5, 9, 17, 33] {
-            let lhs = random(m * k, m as u64 + 7);
-            let mut ours = vec![0f32; m * n];
-            assert!(matmul(dtype, (m, k, n), &lhs, &bytes, &mut ours).unwrap());
-            check(&ours, &reference(dtype, (m, k, n), &lhs, &bytes), m);
-            for (row, batched) in lhs.chunks_exact(k).zip(ours.chunks_exact(n)) {
-                let mut alone = vec![0f32; n];
-                assert!(matmul(dtype, (1, k, n), row, &bytes, &mut alone).unwrap());
-                assert_eq!(batched, alone, "{dtype:?}: a row of a batch of {m} differs from the row alone");
-            }
-        }
-    }
-
-    #[test]
-    fn bit_identical_to_candle_for_every_row_count() {
-        if !available() {
-            eprintln!("no AVX2 + FMA + F16C here: the kernels are not used, nothing to compare");
-            return;
-        }
-        for dtype in [GgmlDType::Q4K, GgmlDType::Q6K, GgmlDType::Q8_0] {
-            compare_with_candle(dtype, |ours, theirs, m| assert_eq!(ours, theirs, "{dtype:?} m = {m}"));
-        }
-    }
-
-    #[test]
-    fn q5_0_agrees_with_candle_up_to_float_order() {
-        if !available() {
-            return;
-        }
-        // The integer products are exact; the block sums are added in another order.
-        compare_with_candle(GgmlDType::Q5_0, |ours, theirs, m| {
-            for (a, b) in ours.iter().zip(theirs) {
-                assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "m = {m}: {a} vs {b}");
-            }
-        });
-    }
-
-    #[test]
-    fn other_types_are_left_to_candle() {
-        let mut dst = [0f32; 1];
-        assert!(!matmul(GgmlDType::Q4_0, (1, 32, 1), &[0.0; 32], &[0; 18], &mut dst).unwrap());
-    }
-
-    #[test]
-    fn a_weight_of_the_wrong_size_is_an_error() {
-        if available() {
-            let mut dst = [0f32; 2];
-            let one_block = vec![0u16; 11];
-            let bytes: &[u8] = cast_blocks::<u16, [u8; 2]>(&one_block).as_flattened();
-            assert!(matmul(GgmlDType::Q5_0, (1, 32, 2), &[0.0; 32], bytes, &mut dst).is_err());
-        }
-    }
-}
+mod tests;

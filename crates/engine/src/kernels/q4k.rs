@@ -1,72 +1,134 @@
-//! Q4_K × Q8_K, AVX2: per weight block the scales are decoded and the 4-bit quants unpacked
-//! once, then each activation row costs one `maddubs` + `madd` + `add` per 32 weights.
-//! Per row, the float operations are those of candle's `avx::vec_dot_q4k_q8k`, in its order.
+//! Q4_K in groups of 8 rows: per block, the 4-bit quants of the 8 rows interleaved 4 bytes at
+//! a time (the bytes as the file has them, so a load gives two sub-blocks' nibbles for 8
+//! lanes), the 6-bit scales and mins unpacked to a byte each, and the two f16 factors.
 
-use super::{Q4K, Q8K};
-use std::arch::x86_64::*;
+use super::reference::q4k_scales_and_mins;
+use super::{word, Path, ZeroBlock, COLS, Q4K, Q8K};
+use half::f16;
 
-const KMASK1: u32 = 0x3f3f3f3f;
-const KMASK2: u32 = 0x0f0f0f0f;
-const KMASK3: u32 = 0x03030303;
-
-/// The 8 sub-block scales and 8 mins of a block, unpacked from their 6-bit packing
-/// (ggml's `utmp` shuffle): bytes 0..8 are the scales, 8..16 the mins.
-fn scales_and_mins(packed: &[u8; 12]) -> [u8; 16] {
-    let word = |i: usize| u32::from_le_bytes([packed[4 * i], packed[4 * i + 1], packed[4 * i + 2], packed[4 * i + 3]]);
-    let (w0, w1, w2) = (word(0), word(1), word(2));
-    let utmp = [
-        w0 & KMASK1,
-        (w2 & KMASK2) | (((w0 >> 6) & KMASK3) << 4),
-        w1 & KMASK1,
-        ((w2 >> 4) & KMASK2) | (((w1 >> 6) & KMASK3) << 4),
-    ];
-    let mut out = [0u8; 16];
-    for (chunk, word) in out.chunks_exact_mut(4).zip(utmp) {
-        chunk.copy_from_slice(&word.to_le_bytes());
-    }
-    out
+#[derive(Clone)]
+#[repr(C)]
+pub struct Group {
+    /// `[sub-block pair p][k-group g][lane c · 4 + t]` = byte `qs[32p + 4g + t]` of row c: its
+    /// low nibble is quant `4g + t` of sub-block 2p, its high nibble that of sub-block 2p + 1.
+    pub qs: [[[u8; 32]; 8]; 4],
+    /// `[sub-block j][lane c]`.
+    pub scales: [[u8; COLS]; 8],
+    pub mins: [[u8; COLS]; 8],
+    pub d: [f16; COLS],
+    pub dmin: [f16; COLS],
 }
 
-super::dot_rows_in_groups!(Q4K, Q8K);
+/// A Q8_K activation block with the sums the mins multiply, packed as the kernels read them.
+pub struct Act {
+    pub d: f32,
+    pub qs: [i8; 256],
+    /// `(Σ y of sub-block 2p) | (Σ y of sub-block 2p + 1) << 16`, as two i16.
+    pub bsum_pairs: [i32; 4],
+}
 
-/// [`dot_rows`] for a group of `R` rows, each weight block unpacked once for all of them.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_group<const R: usize>(column: &[Q4K], acts: &[Q8K], blocks_per_row: usize, out: &mut [f32]) {
-    debug_assert!(out.len() == R && acts.len() == R * blocks_per_row && column.len() == blocks_per_row);
-    let m4 = _mm256_set1_epi8(0xF);
-    let mut acc = [_mm256_setzero_ps(); R];
-    let mut acc_m = [_mm_setzero_ps(); R];
-    for (b, x) in column.iter().enumerate() {
-        let (xd, xdmin) = (super::f32_of(x.d), super::f32_of(x.dmin));
-        let sm = scales_and_mins(&x.scales);
-        let mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(sm[8..].as_ptr().cast()));
-        let mut quants = [_mm256_setzero_si256(); 8];
-        for j in 0..4 {
-            let bits = _mm256_loadu_si256(x.qs.as_ptr().add(32 * j).cast());
-            quants[2 * j] = _mm256_and_si256(bits, m4);
-            quants[2 * j + 1] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-        }
-        let scales: [__m256i; 8] = std::array::from_fn(|i| _mm256_set1_epi16(sm[i] as i16));
-        for r in 0..R {
-            let y = &acts[r * blocks_per_row + b];
-            let d = y.d * xd;
-            let dmin = -y.d * xdmin;
-            let bsums = _mm256_loadu_si256(y.bsums.as_ptr().cast());
-            let q8s = _mm_hadd_epi16(_mm256_extracti128_si256(bsums, 0), _mm256_extracti128_si256(bsums, 1));
-            let prod = _mm_madd_epi16(mins, q8s);
-            acc_m[r] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m[r]);
-            let mut sumi = _mm256_setzero_si256();
-            for i in 0..8 {
-                let q8 = _mm256_loadu_si256(y.qs.as_ptr().add(32 * i).cast());
-                let p16 = _mm256_madd_epi16(scales[i], _mm256_maddubs_epi16(quants[i], q8));
-                sumi = _mm256_add_epi32(sumi, p16);
+impl ZeroBlock for Q4K {
+    const ELEMENTS: usize = 256;
+    fn zero() -> Self {
+        Q4K { d: f16::ZERO, dmin: f16::ZERO, scales: [0; 12], qs: [0; 128] }
+    }
+}
+
+pub fn pack(rows: &[&Q4K; COLS]) -> Group {
+    let mut group = Group {
+        qs: [[[0; 32]; 8]; 4],
+        scales: [[0; COLS]; 8],
+        mins: [[0; COLS]; 8],
+        d: [f16::ZERO; COLS],
+        dmin: [f16::ZERO; COLS],
+    };
+    for (c, row) in rows.iter().enumerate() {
+        for p in 0..4 {
+            for g in 0..8 {
+                group.qs[p][g][4 * c..4 * c + 4].copy_from_slice(&row.qs[32 * p + 4 * g..][..4]);
             }
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[r]);
+        }
+        let (scales, mins) = q4k_scales_and_mins(&row.scales);
+        for j in 0..8 {
+            group.scales[j][c] = scales[j];
+            group.mins[j][c] = mins[j];
+        }
+        group.d[c] = row.d;
+        group.dmin[c] = row.dmin;
+    }
+    group
+}
+
+/// Row `lane`'s block back in the file's layout.
+pub fn unpack(group: &Group, lane: usize) -> Q4K {
+    let mut qs = [0u8; 128];
+    for p in 0..4 {
+        for g in 0..8 {
+            qs[32 * p + 4 * g..][..4].copy_from_slice(&group.qs[p][g][4 * lane..4 * lane + 4]);
         }
     }
+    let scales: [u8; 8] = std::array::from_fn(|j| group.scales[j][lane]);
+    let mins: [u8; 8] = std::array::from_fn(|j| group.mins[j][lane]);
+    Q4K { d: group.d[lane], dmin: group.dmin[lane], scales: pack_scales_and_mins(&scales, &mins), qs }
+}
+
+/// The inverse of ggml's `get_scale_min_k4`: eight 6-bit scales and mins into 12 bytes.
+fn pack_scales_and_mins(scales: &[u8; 8], mins: &[u8; 8]) -> [u8; 12] {
+    let mut packed = [0u8; 12];
+    for j in 0..4 {
+        packed[j] = (scales[j] & 63) | ((scales[j + 4] >> 4) << 6);
+        packed[j + 4] = (mins[j] & 63) | ((mins[j + 4] >> 4) << 6);
+        packed[j + 8] = (scales[j + 4] & 0xF) | ((mins[j + 4] & 0xF) << 4);
+    }
+    packed
+}
+
+pub fn prepare(y: &Q8K) -> Act {
+    let sum32 = |j: usize| i32::from(y.bsums[2 * j]) + i32::from(y.bsums[2 * j + 1]);
+    let bsum_pairs =
+        std::array::from_fn(|p| ((sum32(2 * p) as u16 as u32) | ((sum32(2 * p + 1) as u16 as u32) << 16)) as i32);
+    Act { d: y.d, qs: y.qs, bsum_pairs }
+}
+
+pub fn dot(path: Path, groups: &[Group], acts: &[Act], blocks: usize, out: &mut [[f32; COLS]]) {
+    #[cfg(target_arch = "x86_64")]
+    if path != Path::Scalar {
+        return super::x86::q4k(path, groups, acts, blocks, out);
+    }
+    let _ = path;
+    dot_scalar(groups, acts, blocks, out)
+}
+
+/// The canonical arithmetic of `reference::q4k_row`, lane by lane over the packed layout.
+fn dot_scalar(groups: &[Group], acts: &[Act], blocks: usize, out: &mut [[f32; COLS]]) {
     for (r, out) in out.iter_mut().enumerate() {
-        let m = _mm_add_ps(acc_m[r], _mm_movehl_ps(acc_m[r], acc_m[r]));
-        let m = _mm_add_ss(m, _mm_movehdup_ps(m));
-        *out = super::hsum_float_8(acc[r]) + _mm_cvtss_f32(m);
+        let mut acc = [0f32; COLS];
+        for (b, w) in groups.iter().enumerate() {
+            let y = &acts[r * blocks + b];
+            for (c, acc) in acc.iter_mut().enumerate() {
+                let mut isum = 0i32;
+                for j in 0..8 {
+                    let mut t = 0i32;
+                    for g in 0..8 {
+                        let quants = &w.qs[j / 2][g][4 * c..4 * c + 4];
+                        let ys = word(&y.qs, 32 * j + 4 * g).to_le_bytes();
+                        for (q, y) in quants.iter().zip(ys) {
+                            let q = if j % 2 == 0 { q & 0xF } else { q >> 4 };
+                            t += i32::from(q) * i32::from(y as i8);
+                        }
+                    }
+                    isum += i32::from(w.scales[j][c]) * t;
+                }
+                let imin: i32 = (0..4)
+                    .map(|p| {
+                        let (lo, hi) = (y.bsum_pairs[p] as i16, (y.bsum_pairs[p] >> 16) as i16);
+                        i32::from(w.mins[2 * p][c]) * i32::from(lo) + i32::from(w.mins[2 * p + 1][c]) * i32::from(hi)
+                    })
+                    .sum();
+                *acc = (w.d[c].to_f32() * y.d).mul_add(isum as f32, *acc);
+                *acc = (-(w.dmin[c].to_f32() * y.d)).mul_add(imin as f32, *acc);
+            }
+        }
+        *out = acc;
     }
 }

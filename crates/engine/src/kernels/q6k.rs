@@ -1,84 +1,134 @@
-//! Q6_K × Q8_K, AVX2: per weight block the 6-bit quants are assembled and the 16 scales
-//! widened once; each activation row then costs a `maddubs`, a `sub`, a `madd` and an `add`
-//! per 32 weights. Per row, the integer lanes and float operations are those of candle's
-//! `avx::vec_dot_q6k_q8k`, so results are bit-identical to it.
+//! Q6_K in groups of 8 rows: per block, the low-nibble bytes and the high-bit bytes of the 8
+//! rows interleaved 4 bytes at a time (as the file has them: one load gives two quarters'
+//! nibbles for 8 lanes, another four quarters' high bits), the 16 scales per lane, and d.
 
-use super::{Q6K, Q8K};
-use std::arch::x86_64::*;
+use super::{Path, ZeroBlock, COLS, Q6K, Q8K};
+use half::f16;
 
-/// An activation block with the quants' `-32` offset terms, which depend on the activations
-/// alone: candle recomputes them (one `maddubs` in three) for every column.
-pub(super) struct Q8KOffsets {
-    y: Q8K,
-    /// `32 · (y[2j] + y[2j+1])` for the 16 pairs of each 32 activations: candle's
-    /// `maddubs(32, y)`, lane for lane.
-    offsets: [[i16; 16]; 8],
+#[derive(Clone)]
+#[repr(C)]
+pub struct Group {
+    /// `[2n + h][k-group g][lane c · 4 + t]` = byte `ql[64n + 32h + 4g + t]` of row c: its
+    /// low nibble is quant `128n + 32h + 4g + t`'s low bits, its high nibble those of quant
+    /// `128n + 64 + 32h + 4g + t`.
+    pub ql: [[[u8; 32]; 8]; 4],
+    /// `[n][k-group g][lane c · 4 + t]` = byte `qh[32n + 4g + t]`: bits 2q, 2q + 1 are the high
+    /// bits of quant `128n + 32q + 4g + t`.
+    pub qh: [[[u8; 32]; 8]; 2],
+    /// `[sub-block j][lane c]`, sub-blocks of 16 quants.
+    pub scales: [[i8; COLS]; 16],
+    pub d: [f16; COLS],
 }
 
-pub(super) fn prepare(y: &Q8K) -> Q8KOffsets {
-    let offsets = std::array::from_fn(|i| {
-        std::array::from_fn(|j| 32 * (y.qs[32 * i + 2 * j] as i16 + y.qs[32 * i + 2 * j + 1] as i16))
-    });
-    Q8KOffsets { y: y.clone(), offsets }
+/// A Q8_K activation block with its 16-sums in pairs (the quants' `-32` offset multiplies them).
+pub struct Act {
+    pub d: f32,
+    pub qs: [i8; 256],
+    /// `bsums[2i] | bsums[2i + 1] << 16`.
+    pub bsum_pairs: [i32; 8],
 }
 
-/// The 8 vectors of 32 quants (0..63, offset by 32 in the dot product) of a block, in the
-/// order of the activations they multiply.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn quants(x: &Q6K) -> [__m256i; 8] {
-    let m4 = _mm256_set1_epi8(0xF);
-    let m2 = _mm256_set1_epi8(3);
-    let mut out = [_mm256_setzero_si256(); 8];
-    for j in 0..2 {
-        let low1 = _mm256_loadu_si256(x.ql.as_ptr().add(64 * j).cast());
-        let low2 = _mm256_loadu_si256(x.ql.as_ptr().add(64 * j + 32).cast());
-        let high = _mm256_loadu_si256(x.qh.as_ptr().add(32 * j).cast());
-        let high_at = |shift: i32| {
-            let bits = match shift {
-                0 => high,
-                2 => _mm256_srli_epi16(high, 2),
-                4 => _mm256_srli_epi16(high, 4),
-                _ => _mm256_srli_epi16(high, 6),
-            };
-            _mm256_slli_epi16(_mm256_and_si256(bits, m2), 4)
-        };
-        out[4 * j] = _mm256_or_si256(_mm256_and_si256(low1, m4), high_at(0));
-        out[4 * j + 1] = _mm256_or_si256(_mm256_and_si256(low2, m4), high_at(2));
-        out[4 * j + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low1, 4), m4), high_at(4));
-        out[4 * j + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(low2, 4), m4), high_at(6));
+impl ZeroBlock for Q6K {
+    const ELEMENTS: usize = 256;
+    fn zero() -> Self {
+        Q6K { ql: [0; 128], qh: [0; 64], scales: [0; 16], d: f16::ZERO }
     }
-    out
 }
 
-super::dot_rows_in_groups!(Q6K, Q8KOffsets);
-
-/// [`dot_rows`] for a group of `R` rows, each weight block unpacked once for all of them.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_group<const R: usize>(column: &[Q6K], acts: &[Q8KOffsets], blocks_per_row: usize, out: &mut [f32]) {
-    debug_assert!(out.len() == R && acts.len() == R * blocks_per_row && column.len() == blocks_per_row);
-    let mut acc = [_mm256_setzero_ps(); R];
-    for (b, x) in column.iter().enumerate() {
-        let xd = super::f32_of(x.d);
-        let quants = quants(x);
-        // Each 32 quants span two sub-blocks of 16, each with its own scale.
-        let scales: [__m256i; 8] = std::array::from_fn(|i| {
-            let (low, high) = (x.scales[2 * i] as i16, x.scales[2 * i + 1] as i16);
-            _mm256_set_m128i(_mm_set1_epi16(high), _mm_set1_epi16(low))
-        });
-        for r in 0..R {
-            let Q8KOffsets { y, offsets } = &acts[r * blocks_per_row + b];
-            let d = y.d * xd;
-            let mut sumi = _mm256_setzero_si256();
-            for i in 0..8 {
-                let q8 = _mm256_loadu_si256(y.qs.as_ptr().add(32 * i).cast());
-                let offset = _mm256_loadu_si256(offsets[i].as_ptr().cast());
-                let p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(quants[i], q8), offset);
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scales[i], p16));
+pub fn pack(rows: &[&Q6K; COLS]) -> Group {
+    let mut group =
+        Group { ql: [[[0; 32]; 8]; 4], qh: [[[0; 32]; 8]; 2], scales: [[0; COLS]; 16], d: [f16::ZERO; COLS] };
+    for (c, row) in rows.iter().enumerate() {
+        for g in 0..8 {
+            for half in 0..4 {
+                let (n, h) = (half / 2, half % 2);
+                group.ql[half][g][4 * c..4 * c + 4].copy_from_slice(&row.ql[64 * n + 32 * h + 4 * g..][..4]);
             }
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[r]);
+            for n in 0..2 {
+                group.qh[n][g][4 * c..4 * c + 4].copy_from_slice(&row.qh[32 * n + 4 * g..][..4]);
+            }
+        }
+        for j in 0..16 {
+            group.scales[j][c] = row.scales[j];
+        }
+        group.d[c] = row.d;
+    }
+    group
+}
+
+pub fn unpack(group: &Group, lane: usize) -> Q6K {
+    let mut block = Q6K::zero();
+    for g in 0..8 {
+        for half in 0..4 {
+            let (n, h) = (half / 2, half % 2);
+            block.ql[64 * n + 32 * h + 4 * g..][..4].copy_from_slice(&group.ql[half][g][4 * lane..4 * lane + 4]);
+        }
+        for n in 0..2 {
+            block.qh[32 * n + 4 * g..][..4].copy_from_slice(&group.qh[n][g][4 * lane..4 * lane + 4]);
         }
     }
+    block.scales = std::array::from_fn(|j| group.scales[j][lane]);
+    block.d = group.d[lane];
+    block
+}
+
+pub fn prepare(y: &Q8K) -> Act {
+    let pair = |i: usize| ((y.bsums[2 * i] as u16 as u32) | ((y.bsums[2 * i + 1] as u16 as u32) << 16)) as i32;
+    Act { d: y.d, qs: y.qs, bsum_pairs: std::array::from_fn(pair) }
+}
+
+/// Quant of lane `c` at quarter `q` (0..4) of half `n`, k-group `g`, byte `t`: 0..63.
+pub fn quant(w: &Group, n: usize, q: usize, g: usize, c: usize, t: usize) -> u8 {
+    let low = w.ql[2 * n + q % 2][g][4 * c + t];
+    let low = if q < 2 { low & 0xF } else { low >> 4 };
+    let high = (w.qh[n][g][4 * c + t] >> (2 * q)) & 3;
+    low | (high << 4)
+}
+
+pub fn dot(path: Path, groups: &[Group], acts: &[Act], blocks: usize, out: &mut [[f32; COLS]]) {
+    #[cfg(target_arch = "x86_64")]
+    if path != Path::Scalar {
+        return super::x86::q6k(path, groups, acts, blocks, out);
+    }
+    let _ = path;
+    dot_scalar(groups, acts, blocks, out)
+}
+
+/// The canonical arithmetic of `reference::q6k_row`, lane by lane over the packed layout:
+/// `Σ_j sc_j · (Σ q·y - 32 · Σ y)` per block.
+fn dot_scalar(groups: &[Group], acts: &[Act], blocks: usize, out: &mut [[f32; COLS]]) {
     for (r, out) in out.iter_mut().enumerate() {
-        *out = super::hsum_float_8(acc[r]);
+        let mut acc = [0f32; COLS];
+        for (b, w) in groups.iter().enumerate() {
+            let y = &acts[r * blocks + b];
+            for (c, acc) in acc.iter_mut().enumerate() {
+                let mut isum = 0i32;
+                for n in 0..2 {
+                    for q in 0..4 {
+                        for s in 0..2 {
+                            let j = 8 * n + 2 * q + s;
+                            let mut t = 0i32;
+                            for g in 4 * s..4 * s + 4 {
+                                for i in 0..4 {
+                                    let y = i32::from(y.qs[128 * n + 32 * q + 4 * g + i]);
+                                    t += i32::from(quant(w, n, q, g, c, i)) * y;
+                                }
+                            }
+                            isum += i32::from(w.scales[j][c]) * t;
+                        }
+                    }
+                }
+                let offsets: i32 = (0..8)
+                    .map(|i| {
+                        let (lo, hi) = (y.bsum_pairs[i] as i16, (y.bsum_pairs[i] >> 16) as i16);
+                        i32::from(w.scales[2 * i][c]) * i32::from(lo)
+                            + i32::from(w.scales[2 * i + 1][c]) * i32::from(hi)
+                    })
+                    .sum();
+                let isum = isum - 32 * offsets;
+                *acc = (w.d[c].to_f32() * y.d).mul_add(isum as f32, *acc);
+            }
+        }
+        *out = acc;
     }
 }

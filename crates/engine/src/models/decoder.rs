@@ -12,10 +12,8 @@ use super::{CausalLm, WeightSource};
 use crate::attention::causal_attention;
 use crate::error::{Error, Result};
 use crate::kv_cache::KvCache;
-use crate::quant::{dequantize_rows, QLinear};
-use candle_core::quantized::QTensor;
+use crate::quant::QLinear;
 use candle_core::{DType, Device, Tensor};
-use std::sync::Arc;
 
 /// How rotary embeddings pair the dimensions of a head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,10 +93,10 @@ impl DecoderConfig {
         if self.n_layer > MAX_LAYERS {
             return bad(format!("{} layers: at most {MAX_LAYERS} are accepted", self.n_layer));
         }
-        if self.n_head % self.n_kv_head != 0 {
+        if !self.n_head.is_multiple_of(self.n_kv_head) {
             return bad(format!("{} heads do not divide into {} kv heads", self.n_head, self.n_kv_head));
         }
-        if self.head_dim == 0 || self.head_dim % 2 != 0 {
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) {
             return bad(format!("a head size of {} (it must be even and positive)", self.head_dim));
         }
         if self.n_head.checked_mul(self.head_dim).is_none() {
@@ -209,7 +207,7 @@ impl DecoderConfig {
     }
 
     fn window(&self, layer: usize) -> Option<SlidingWindow> {
-        self.quirks.sliding_window.filter(|w| w.global_every == 0 || (layer + 1) % w.global_every != 0)
+        self.quirks.sliding_window.filter(|w| w.global_every == 0 || !(layer + 1).is_multiple_of(w.global_every))
     }
 }
 
@@ -243,11 +241,13 @@ struct Layer {
 
 pub struct Decoder {
     config: DecoderConfig,
-    /// `[vocab, hidden]`, quantized; rows are dequantized per token.
-    embed: Arc<QTensor>,
+    /// `[vocab, hidden]`, quantized; rows are dequantized per token. A tied output layer
+    /// multiplies by it too.
+    embed: QLinear,
     layers: Vec<Layer>,
     norm: Tensor,
-    lm_head: QLinear,
+    /// `None` when the embeddings are tied.
+    lm_head: Option<QLinear>,
     /// The global layers' tables, then the local layers' when their base differs.
     rotary: Vec<Rotary>,
     caches: Vec<KvCache>,
@@ -263,12 +263,12 @@ impl Decoder {
         capacity: usize,
     ) -> Result<Self> {
         config.check_shapes(weights)?;
-        let embed = Arc::new(weights.quantized("token_embd.weight", device)?);
+        let embed = weights.quantized("token_embd.weight", device)?;
         let vocab_size = embed.shape().dims2()?.0;
+        let embed = QLinear::new(embed, None)?;
         let lm_head = match weights.has("output.weight") {
-            true => QLinear::new(weights.quantized("output.weight", device)?, None)?,
-            // Tied embeddings: the lm_head shares the table.
-            false => QLinear::from_arc(embed.clone(), None)?,
+            true => Some(QLinear::new(weights.quantized("output.weight", device)?, None)?),
+            false => None,
         };
         let layers =
             (0..config.n_layer).map(|i| Layer::load(weights, i, &config, device)).collect::<Result<Vec<_>>>()?;
@@ -311,7 +311,7 @@ impl Decoder {
             return Err(Error::ContextOverflow { prompt_tokens: pos + n, context: self.capacity(), reserve: 0 });
         }
         let device = self.norm.device().clone();
-        let mut x = dequantize_rows(&self.embed, tokens, &device)?;
+        let mut x = self.embed.rows(tokens, &device)?;
         if let Some(scale) = self.config.quirks.embed_scale {
             x = (x * scale as f64)?;
         }
@@ -325,7 +325,7 @@ impl Decoder {
         }
         let x = if all_positions { x } else { x.narrow(0, n - 1, 1)? };
         let x = candle_nn::ops::rms_norm(&x, &self.norm, self.config.rms_eps)?;
-        self.lm_head.forward(&x)
+        self.lm_head.as_ref().unwrap_or(&self.embed).forward(&x)
     }
 
     fn forward_or_rollback(&mut self, tokens: &[u32], all_positions: bool) -> Result<Tensor> {

@@ -1,0 +1,153 @@
+//! Every path against the oracle (`reference`), bit for bit, on random weights of each type
+//! at every row count the kernels split differently; and each row of a batch equal to the
+//! same row alone. Paths this CPU lacks are skipped, saying so.
+
+use super::*;
+use candle_core::quantized::QTensor;
+use candle_core::{Device, Tensor};
+
+fn random(len: usize, seed: u64, scale: f32) -> Vec<f32> {
+    let mut state = seed;
+    (0..len)
+        .map(|_| {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (((state >> 33) as f32 / (1u64 << 31) as f32) - 0.5) * scale
+        })
+        .collect()
+}
+
+/// The oracle: `reference`'s row functions over the file's own blocks.
+fn oracle(dtype: GgmlDType, (m, k, n): (usize, usize, usize), lhs: &[f32], bytes: &[u8]) -> Vec<f32> {
+    let mut out = vec![0f32; m * n];
+    for (r, row) in lhs.chunks_exact(k).enumerate() {
+        for c in 0..n {
+            out[r * n + c] = match dtype {
+                GgmlDType::Q4K | GgmlDType::Q6K => {
+                    let mut y = vec![BlockQ8K::zeros(); k / 256];
+                    BlockQ8K::from_float(row, &mut y);
+                    let y: &[Q8K] = cast_blocks(&y);
+                    if dtype == GgmlDType::Q4K {
+                        reference::q4k_row(&blocks_of::<Q4K>(bytes).unwrap()[c * k / 256..][..k / 256], y)
+                    } else {
+                        reference::q6k_row(&blocks_of::<Q6K>(bytes).unwrap()[c * k / 256..][..k / 256], y)
+                    }
+                }
+                _ => {
+                    let mut y = vec![BlockQ8_0::zeros(); k / 32];
+                    BlockQ8_0::from_float(row, &mut y);
+                    let y: &[Q8_0] = cast_blocks(&y);
+                    if dtype == GgmlDType::Q8_0 {
+                        reference::q8_0_row(&blocks_of::<Q8_0>(bytes).unwrap()[c * k / 32..][..k / 32], y)
+                    } else {
+                        reference::q5_0_row(&blocks_of::<Q5_0>(bytes).unwrap()[c * k / 32..][..k / 32], y)
+                    }
+                }
+            };
+        }
+    }
+    out
+}
+
+const TYPES: [GgmlDType; 4] = [GgmlDType::Q4K, GgmlDType::Q6K, GgmlDType::Q5_0, GgmlDType::Q8_0];
+
+fn paths() -> Vec<Path> {
+    Path::ALL
+        .into_iter()
+        .filter(|p| {
+            let ok = p.available();
+            if !ok {
+                eprintln!("{}: this CPU lacks it, so its kernels are not tested here", p.name());
+            }
+            ok
+        })
+        .collect()
+}
+
+#[test]
+fn every_path_is_bit_identical_to_the_reference_at_every_row_count() {
+    // 21 output rows: two full groups of 8 and a padded one.
+    let (k, n) = (512, 21);
+    for dtype in TYPES {
+        let w =
+            QTensor::quantize(&Tensor::from_vec(random(n * k, 1, 1.0), (n, k), &Device::Cpu).unwrap(), dtype).unwrap();
+        let bytes = w.data().unwrap();
+        let packed = Packed::new(dtype, n, k, &bytes).unwrap().unwrap();
+        for m in [1, 2, 3, 5, 8, 9, 17, 33, 40] {
+            let lhs = random(m * k, m as u64 + 7, 4.0);
+            let expected = oracle(dtype, (m, k, n), &lhs, &bytes);
+            for path in paths() {
+                let mut ours = vec![0f32; m * n];
+                packed.matmul_on(path, m, &lhs, &mut ours).unwrap();
+                assert_eq!(ours, expected, "{dtype:?} on {} at m = {m}", path.name());
+            }
+        }
+    }
+}
+
+#[test]
+fn a_row_of_a_batch_equals_the_row_alone() {
+    let (k, n) = (256, 16);
+    for dtype in TYPES {
+        let w =
+            QTensor::quantize(&Tensor::from_vec(random(n * k, 3, 1.0), (n, k), &Device::Cpu).unwrap(), dtype).unwrap();
+        let packed = Packed::new(dtype, n, k, &w.data().unwrap()).unwrap().unwrap();
+        let lhs = random(11 * k, 5, 2.0);
+        let mut batched = vec![0f32; 11 * n];
+        packed.matmul(11, &lhs, &mut batched).unwrap();
+        for (row, expected) in lhs.chunks_exact(k).zip(batched.chunks_exact(n)) {
+            let mut alone = vec![0f32; n];
+            packed.matmul(1, row, &mut alone).unwrap();
+            assert_eq!(alone, expected, "{dtype:?}");
+        }
+    }
+}
+
+#[test]
+fn packed_rows_dequantize_as_the_file_does() {
+    let (k, n) = (512, 13);
+    for dtype in TYPES {
+        let w =
+            QTensor::quantize(&Tensor::from_vec(random(n * k, 9, 1.0), (n, k), &Device::Cpu).unwrap(), dtype).unwrap();
+        let dense: Vec<Vec<f32>> = w.dequantize(&Device::Cpu).unwrap().to_vec2().unwrap();
+        let packed = Packed::new(dtype, n, k, &w.data().unwrap()).unwrap().unwrap();
+        for (row, expected) in dense.iter().enumerate() {
+            let mut out = vec![0f32; k];
+            packed.dequantize_row(row, &mut out).unwrap();
+            assert_eq!(&out, expected, "{dtype:?} row {row}");
+        }
+    }
+}
+
+#[test]
+fn close_to_the_dense_product() {
+    // The reference itself: within the 8-bit rounding of the activations of the f32 product.
+    let (k, n, m) = (1024, 24, 3);
+    for dtype in TYPES {
+        let w =
+            QTensor::quantize(&Tensor::from_vec(random(n * k, 11, 1.0), (n, k), &Device::Cpu).unwrap(), dtype).unwrap();
+        let dense: Vec<Vec<f32>> = w.dequantize(&Device::Cpu).unwrap().to_vec2().unwrap();
+        let packed = Packed::new(dtype, n, k, &w.data().unwrap()).unwrap().unwrap();
+        let lhs = random(m * k, 13, 2.0);
+        let mut ours = vec![0f32; m * n];
+        packed.matmul(m, &lhs, &mut ours).unwrap();
+        for r in 0..m {
+            for c in 0..n {
+                let exact: f32 = lhs[r * k..(r + 1) * k].iter().zip(&dense[c]).map(|(a, b)| a * b).sum();
+                let got = ours[r * n + c];
+                assert!((got - exact).abs() < 0.03 * (1.0 + exact.abs()), "{dtype:?} ({r}, {c}): {got} vs {exact}");
+            }
+        }
+    }
+}
+
+#[test]
+fn sizes_that_do_not_fit_are_errors() {
+    let w =
+        QTensor::quantize(&Tensor::from_vec(random(8 * 256, 1, 1.0), (8, 256), &Device::Cpu).unwrap(), GgmlDType::Q4K)
+            .unwrap();
+    let bytes = w.data().unwrap();
+    assert!(Packed::new(GgmlDType::Q4K, 9, 256, &bytes).is_err(), "more rows than blocks");
+    let packed = Packed::new(GgmlDType::Q4K, 8, 256, &bytes).unwrap().unwrap();
+    assert!(packed.matmul(2, &[0.0; 256], &mut [0.0; 16]).is_err(), "lhs of the wrong length");
+    assert!(Packed::new(GgmlDType::Q4_0, 8, 256, &[]).unwrap().is_none(), "no kernel for Q4_0");
+}

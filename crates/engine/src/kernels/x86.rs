@@ -1,0 +1,372 @@
+//! The x86 kernels. Each type's kernel is written once, as a macro, and instantiated for each
+//! instruction set with its multiply-add primitives spliced in (so they inline under that
+//! set's `target_feature`):
+//! - `dpbusd(acc, u8 × 32, i8 × 32)`: per 32-bit lane, acc + the sum of 4 byte products. One
+//!   `vpdpbusd` with VNNI; `vpmaddubsw` + `vpmaddwd` + `vpaddd` on AVX2, exact because no
+//!   pair of products here reaches the 16-bit saturation of `vpmaddubsw`.
+//! - `dpwssd(acc, i16 × 16, i16 × 16)`: per lane, acc + the sum of 2 word products.
+//!
+//! A lane is one output row of the group of 8, a register of accumulators one activation row:
+//! `R` rows (a const generic, so loops over rows unroll into registers) share every weight
+//! load and unpack. Integer sums are exact; the float steps are `reference`'s, lane by lane.
+
+use super::{q4k, q5_0, q6k, q8_0, Path, COLS};
+use std::arch::x86_64::*;
+
+macro_rules! dpbusd_avx2 {
+    ($acc:expr, $u:expr, $s:expr) => {
+        _mm256_add_epi32($acc, _mm256_madd_epi16(_mm256_maddubs_epi16($u, $s), _mm256_set1_epi16(1)))
+    };
+}
+macro_rules! dpwssd_avx2 {
+    ($acc:expr, $a:expr, $b:expr) => {
+        _mm256_add_epi32($acc, _mm256_madd_epi16($a, $b))
+    };
+}
+macro_rules! dpbusd_avx512 {
+    ($acc:expr, $u:expr, $s:expr) => {
+        _mm256_dpbusd_epi32($acc, $u, $s)
+    };
+}
+macro_rules! dpwssd_avx512 {
+    ($acc:expr, $a:expr, $b:expr) => {
+        _mm256_dpwssd_epi32($acc, $a, $b)
+    };
+}
+macro_rules! dpbusd_avxvnni {
+    ($acc:expr, $u:expr, $s:expr) => {
+        _mm256_dpbusd_avx_epi32($acc, $u, $s)
+    };
+}
+macro_rules! dpwssd_avxvnni {
+    ($acc:expr, $a:expr, $b:expr) => {
+        _mm256_dpwssd_avx_epi32($acc, $a, $b)
+    };
+}
+
+/// Four activation bytes at `at`, broadcast to every lane.
+///
+/// # Safety
+/// `at + 4 <= bytes.len()`.
+#[inline(always)]
+unsafe fn broadcast(bytes: &[i8], at: usize) -> __m256i {
+    debug_assert!(at + 4 <= bytes.len());
+    _mm256_set1_epi32(bytes.as_ptr().add(at).cast::<i32>().read_unaligned())
+}
+
+/// Run `$kernel::<R>` for the number of rows in `out`.
+macro_rules! for_rows {
+    ($kernel:ident, $groups:expr, $acts:expr, $blocks:expr, $out:expr) => {
+        match $out.len() {
+            1 => $kernel::<1>($groups, $acts, $blocks, $out),
+            2 => $kernel::<2>($groups, $acts, $blocks, $out),
+            3 => $kernel::<3>($groups, $acts, $blocks, $out),
+            4 => $kernel::<4>($groups, $acts, $blocks, $out),
+            5 => $kernel::<5>($groups, $acts, $blocks, $out),
+            6 => $kernel::<6>($groups, $acts, $blocks, $out),
+            7 => $kernel::<7>($groups, $acts, $blocks, $out),
+            8 => $kernel::<8>($groups, $acts, $blocks, $out),
+            _ => unreachable!("row groups hold 1 to 8 rows"),
+        }
+    };
+}
+
+/// The entry point of one type: checks the sizes once, then calls the path's kernel.
+macro_rules! entry {
+    ($name:ident, $module:ident, $avx2:ident, $avx512:ident, $avxvnni:ident) => {
+        pub fn $name(
+            path: Path,
+            groups: &[$module::Group],
+            acts: &[$module::Act],
+            blocks: usize,
+            out: &mut [[f32; COLS]],
+        ) {
+            assert!(groups.len() == blocks && acts.len() == out.len() * blocks && (1..=8).contains(&out.len()));
+            // SAFETY: `Packed::matmul_on` runs a path only where `Path::available` says the
+            // CPU has its features; the sizes the kernels index by were checked above.
+            unsafe {
+                match path {
+                    Path::Avx2 => for_rows!($avx2, groups, acts, blocks, out),
+                    Path::Avx512Vnni => for_rows!($avx512, groups, acts, blocks, out),
+                    Path::AvxVnni => for_rows!($avxvnni, groups, acts, blocks, out),
+                    Path::Scalar => unreachable!("the scalar path is not SIMD"),
+                }
+            }
+        }
+    };
+}
+
+// ----- Q4_K -----
+
+macro_rules! q4k_kernel {
+    ($name:ident, $features:expr, $dpbusd:ident, $dpwssd:ident) => {
+        #[target_feature(enable = $features)]
+        unsafe fn $name<const R: usize>(
+            groups: &[q4k::Group],
+            acts: &[q4k::Act],
+            blocks: usize,
+            out: &mut [[f32; COLS]],
+        ) {
+            let low = _mm256_set1_epi8(0x0F);
+            let mut acc = [_mm256_setzero_ps(); R];
+            for (b, w) in groups.iter().enumerate() {
+                let ys: [&q4k::Act; R] = std::array::from_fn(|r| acts.get_unchecked(r * blocks + b));
+                let mut isum = [_mm256_setzero_si256(); R];
+                for j in 0..8 {
+                    let mut t = [_mm256_setzero_si256(); R];
+                    for g in 0..8 {
+                        let bytes = _mm256_loadu_si256(w.qs[j / 2][g].as_ptr().cast());
+                        let quants = match j % 2 {
+                            0 => _mm256_and_si256(bytes, low),
+                            _ => _mm256_and_si256(_mm256_srli_epi16::<4>(bytes), low),
+                        };
+                        for r in 0..R {
+                            t[r] = $dpbusd!(t[r], quants, broadcast(&ys[r].qs, 32 * j + 4 * g));
+                        }
+                    }
+                    let scale = _mm256_cvtepu8_epi32(_mm_loadl_epi64(w.scales[j].as_ptr().cast()));
+                    for r in 0..R {
+                        isum[r] = _mm256_add_epi32(isum[r], _mm256_mullo_epi32(t[r], scale));
+                    }
+                }
+                // Lane c: (mins[2p][c], mins[2p + 1][c]) as two words, against the pair of sums.
+                let mins: [__m256i; 4] = std::array::from_fn(|p| {
+                    let (a, b) = (
+                        _mm_loadl_epi64(w.mins[2 * p].as_ptr().cast()),
+                        _mm_loadl_epi64(w.mins[2 * p + 1].as_ptr().cast()),
+                    );
+                    _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(a, b))
+                });
+                let xd = _mm256_cvtph_ps(_mm_loadu_si128(w.d.as_ptr().cast()));
+                let xdmin = _mm256_cvtph_ps(_mm_loadu_si128(w.dmin.as_ptr().cast()));
+                for r in 0..R {
+                    let mut imin = _mm256_setzero_si256();
+                    for p in 0..4 {
+                        imin = $dpwssd!(imin, mins[p], _mm256_set1_epi32(ys[r].bsum_pairs[p]));
+                    }
+                    let yd = _mm256_set1_ps(ys[r].d);
+                    acc[r] = _mm256_fmadd_ps(_mm256_mul_ps(xd, yd), _mm256_cvtepi32_ps(isum[r]), acc[r]);
+                    acc[r] = _mm256_fnmadd_ps(_mm256_mul_ps(xdmin, yd), _mm256_cvtepi32_ps(imin), acc[r]);
+                }
+            }
+            for r in 0..R {
+                _mm256_storeu_ps(out[r].as_mut_ptr(), acc[r]);
+            }
+        }
+    };
+}
+
+q4k_kernel!(q4k_avx2, "avx2,fma,f16c", dpbusd_avx2, dpwssd_avx2);
+q4k_kernel!(q4k_avx512, "avx2,fma,f16c,avx512vnni,avx512vl", dpbusd_avx512, dpwssd_avx512);
+q4k_kernel!(q4k_avxvnni, "avx2,fma,f16c,avxvnni", dpbusd_avxvnni, dpwssd_avxvnni);
+entry!(q4k, q4k, q4k_avx2, q4k_avx512, q4k_avxvnni);
+
+// ----- Q6_K -----
+
+macro_rules! q6k_kernel {
+    ($name:ident, $features:expr, $dpbusd:ident, $dpwssd:ident) => {
+        #[target_feature(enable = $features)]
+        unsafe fn $name<const R: usize>(
+            groups: &[q6k::Group],
+            acts: &[q6k::Act],
+            blocks: usize,
+            out: &mut [[f32; COLS]],
+        ) {
+            let low = _mm256_set1_epi8(0x0F);
+            let high = _mm256_set1_epi8(0x30);
+            let mut acc = [_mm256_setzero_ps(); R];
+            for (b, w) in groups.iter().enumerate() {
+                let ys: [&q6k::Act; R] = std::array::from_fn(|r| acts.get_unchecked(r * blocks + b));
+                let mut isum = [_mm256_setzero_si256(); R];
+                for n in 0..2 {
+                    for q in 0..4 {
+                        for s in 0..2 {
+                            let mut t = [_mm256_setzero_si256(); R];
+                            for g in 4 * s..4 * s + 4 {
+                                let nibbles = _mm256_loadu_si256(w.ql[2 * n + q % 2][g].as_ptr().cast());
+                                let nibbles = match q {
+                                    0 | 1 => _mm256_and_si256(nibbles, low),
+                                    _ => _mm256_and_si256(_mm256_srli_epi16::<4>(nibbles), low),
+                                };
+                                // The quarter's two high bits, moved to bits 4 and 5.
+                                let bits = _mm256_loadu_si256(w.qh[n][g].as_ptr().cast());
+                                let bits = match q {
+                                    0 => _mm256_slli_epi16::<4>(bits),
+                                    1 => _mm256_slli_epi16::<2>(bits),
+                                    2 => bits,
+                                    _ => _mm256_srli_epi16::<2>(bits),
+                                };
+                                let quants = _mm256_or_si256(nibbles, _mm256_and_si256(bits, high));
+                                for r in 0..R {
+                                    t[r] = $dpbusd!(t[r], quants, broadcast(&ys[r].qs, 128 * n + 32 * q + 4 * g));
+                                }
+                            }
+                            let scale =
+                                _mm256_cvtepi8_epi32(_mm_loadl_epi64(w.scales[8 * n + 2 * q + s].as_ptr().cast()));
+                            for r in 0..R {
+                                isum[r] = _mm256_add_epi32(isum[r], _mm256_mullo_epi32(t[r], scale));
+                            }
+                        }
+                    }
+                }
+                // The -32 offset: 32 · Σ_j scale_j · Σ y over sub-block j, in pairs of sub-blocks.
+                let scales: [__m256i; 8] = std::array::from_fn(|i| {
+                    let (a, b) = (
+                        _mm_loadl_epi64(w.scales[2 * i].as_ptr().cast()),
+                        _mm_loadl_epi64(w.scales[2 * i + 1].as_ptr().cast()),
+                    );
+                    _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, b))
+                });
+                let xd = _mm256_cvtph_ps(_mm_loadu_si128(w.d.as_ptr().cast()));
+                for r in 0..R {
+                    let mut offsets = _mm256_setzero_si256();
+                    for i in 0..8 {
+                        offsets = $dpwssd!(offsets, scales[i], _mm256_set1_epi32(ys[r].bsum_pairs[i]));
+                    }
+                    let isum = _mm256_sub_epi32(isum[r], _mm256_slli_epi32::<5>(offsets));
+                    let d = _mm256_mul_ps(xd, _mm256_set1_ps(ys[r].d));
+                    acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc[r]);
+                }
+            }
+            for r in 0..R {
+                _mm256_storeu_ps(out[r].as_mut_ptr(), acc[r]);
+            }
+        }
+    };
+}
+
+q6k_kernel!(q6k_avx2, "avx2,fma,f16c", dpbusd_avx2, dpwssd_avx2);
+q6k_kernel!(q6k_avx512, "avx2,fma,f16c,avx512vnni,avx512vl", dpbusd_avx512, dpwssd_avx512);
+q6k_kernel!(q6k_avxvnni, "avx2,fma,f16c,avxvnni", dpbusd_avxvnni, dpwssd_avxvnni);
+entry!(q6k, q6k, q6k_avx2, q6k_avx512, q6k_avxvnni);
+
+// ----- Q8_0 -----
+
+/// With VNNI the weights are multiplied unsigned (quant + 128) and the offset's product taken
+/// back out; AVX2's `vpmaddubsw` would saturate on those, so it moves the weights' signs onto
+/// the activations instead. Both give Σ x·y exactly.
+macro_rules! q8_0_kernel {
+    ($name:ident, $features:expr, vnni: $dpbusd:ident) => {
+        #[target_feature(enable = $features)]
+        unsafe fn $name<const R: usize>(
+            groups: &[q8_0::Group],
+            acts: &[q8_0::Act],
+            blocks: usize,
+            out: &mut [[f32; COLS]],
+        ) {
+            let mut acc = [_mm256_setzero_ps(); R];
+            for (b, w) in groups.iter().enumerate() {
+                let ys: [&q8_0::Act; R] = std::array::from_fn(|r| acts.get_unchecked(r * blocks + b));
+                let mut t = [_mm256_setzero_si256(); R];
+                for g in 0..8 {
+                    let quants = _mm256_loadu_si256(w.qs[g].as_ptr().cast());
+                    for r in 0..R {
+                        t[r] = $dpbusd!(t[r], quants, broadcast(&ys[r].qs, 4 * g));
+                    }
+                }
+                let xd = _mm256_cvtph_ps(_mm_loadu_si128(w.d.as_ptr().cast()));
+                for r in 0..R {
+                    let isum = _mm256_sub_epi32(t[r], _mm256_set1_epi32(128 * ys[r].sum));
+                    let d = _mm256_mul_ps(xd, _mm256_set1_ps(ys[r].d));
+                    acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc[r]);
+                }
+            }
+            for r in 0..R {
+                _mm256_storeu_ps(out[r].as_mut_ptr(), acc[r]);
+            }
+        }
+    };
+    ($name:ident, $features:expr, signs) => {
+        #[target_feature(enable = $features)]
+        unsafe fn $name<const R: usize>(
+            groups: &[q8_0::Group],
+            acts: &[q8_0::Act],
+            blocks: usize,
+            out: &mut [[f32; COLS]],
+        ) {
+            let flip = _mm256_set1_epi8(-128);
+            let mut acc = [_mm256_setzero_ps(); R];
+            for (b, w) in groups.iter().enumerate() {
+                let ys: [&q8_0::Act; R] = std::array::from_fn(|r| acts.get_unchecked(r * blocks + b));
+                let mut t = [_mm256_setzero_si256(); R];
+                for g in 0..8 {
+                    let quants = _mm256_xor_si256(_mm256_loadu_si256(w.qs[g].as_ptr().cast()), flip);
+                    let magnitudes = _mm256_abs_epi8(quants);
+                    for r in 0..R {
+                        let signed = _mm256_sign_epi8(broadcast(&ys[r].qs, 4 * g), quants);
+                        t[r] = dpbusd_avx2!(t[r], magnitudes, signed);
+                    }
+                }
+                let xd = _mm256_cvtph_ps(_mm_loadu_si128(w.d.as_ptr().cast()));
+                for r in 0..R {
+                    let d = _mm256_mul_ps(xd, _mm256_set1_ps(ys[r].d));
+                    acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(t[r]), acc[r]);
+                }
+            }
+            for r in 0..R {
+                _mm256_storeu_ps(out[r].as_mut_ptr(), acc[r]);
+            }
+        }
+    };
+}
+
+q8_0_kernel!(q8_0_avx2, "avx2,fma,f16c", signs);
+q8_0_kernel!(q8_0_avx512, "avx2,fma,f16c,avx512vnni,avx512vl", vnni: dpbusd_avx512);
+q8_0_kernel!(q8_0_avxvnni, "avx2,fma,f16c,avxvnni", vnni: dpbusd_avxvnni);
+entry!(q8_0, q8_0, q8_0_avx2, q8_0_avx512, q8_0_avxvnni);
+
+// ----- Q5_0 -----
+
+/// The fifth bits of k-group `g` (quants 4g..4g+3) of each lane, as 0x10 or 0 per byte: the 4
+/// bits are spread to the 4 bytes by one multiply (bit t lands on bit 8t; no carries).
+#[inline(always)]
+unsafe fn q5_0_fifth_bits(qh: __m256i, g: i32) -> __m256i {
+    let nibble = _mm256_and_si256(_mm256_srlv_epi32(qh, _mm256_set1_epi32(4 * g)), _mm256_set1_epi32(0xF));
+    let spread = _mm256_mullo_epi32(nibble, _mm256_set1_epi32(0x0020_4081));
+    _mm256_and_si256(_mm256_slli_epi32::<4>(spread), _mm256_set1_epi32(0x1010_1010))
+}
+
+macro_rules! q5_0_kernel {
+    ($name:ident, $features:expr, $dpbusd:ident) => {
+        #[target_feature(enable = $features)]
+        unsafe fn $name<const R: usize>(
+            groups: &[q5_0::Group],
+            acts: &[q5_0::Act],
+            blocks: usize,
+            out: &mut [[f32; COLS]],
+        ) {
+            let low = _mm256_set1_epi8(0x0F);
+            let mut acc = [_mm256_setzero_ps(); R];
+            for (b, w) in groups.iter().enumerate() {
+                let ys: [&q5_0::Act; R] = std::array::from_fn(|r| acts.get_unchecked(r * blocks + b));
+                let qh = _mm256_loadu_si256(w.qh.as_ptr().cast());
+                let mut t = [_mm256_setzero_si256(); R];
+                for g in 0..8 {
+                    let nibbles = _mm256_loadu_si256(w.qs[g % 4].as_ptr().cast());
+                    let nibbles = match g / 4 {
+                        0 => _mm256_and_si256(nibbles, low),
+                        _ => _mm256_and_si256(_mm256_srli_epi16::<4>(nibbles), low),
+                    };
+                    let quants = _mm256_or_si256(nibbles, q5_0_fifth_bits(qh, g as i32));
+                    for r in 0..R {
+                        t[r] = $dpbusd!(t[r], quants, broadcast(&ys[r].qs, 4 * g));
+                    }
+                }
+                let xd = _mm256_cvtph_ps(_mm_loadu_si128(w.d.as_ptr().cast()));
+                for r in 0..R {
+                    let isum = _mm256_sub_epi32(t[r], _mm256_set1_epi32(16 * ys[r].sum));
+                    let d = _mm256_mul_ps(xd, _mm256_set1_ps(ys[r].d));
+                    acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc[r]);
+                }
+            }
+            for r in 0..R {
+                _mm256_storeu_ps(out[r].as_mut_ptr(), acc[r]);
+            }
+        }
+    };
+}
+
+q5_0_kernel!(q5_0_avx2, "avx2,fma,f16c", dpbusd_avx2);
+q5_0_kernel!(q5_0_avx512, "avx2,fma,f16c,avx512vnni,avx512vl", dpbusd_avx512);
+q5_0_kernel!(q5_0_avxvnni, "avx2,fma,f16c,avxvnni", dpbusd_avxvnni);
+entry!(q5_0, q5_0, q5_0_avx2, q5_0_avx512, q5_0_avxvnni);
