@@ -72,7 +72,8 @@ impl AppSettings {
             DrafterKind::Lookup | DrafterKind::None => None,
         };
         let target = crate::paths::model_path(&self.target)?;
-        Ok(LoadSpec { target, draft, context: self.context, device: self.device.clone() })
+        let draft_vocab = specula_engine::DEFAULT_DRAFT_VOCAB;
+        Ok(LoadSpec { target, draft, draft_vocab, context: self.context, device: self.device.clone() })
     }
 
     /// Refuse settings whose model paths lie outside the model folders, before they are stored.

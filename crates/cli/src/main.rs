@@ -136,6 +136,11 @@ pub struct ModelArgs {
     /// Default: model when --draft is given, none otherwise.
     #[arg(long)]
     pub drafter: Option<DrafterKind>,
+    /// Let the draft propose only its N most frequent tokens (the output stays exactly the
+    /// target's; only acceptance and the draft's cost move). 0: every token. Default: the
+    /// engine's choice for the pair, measured (see BENCHMARKS.md).
+    #[arg(long)]
+    pub draft_vocab: Option<usize>,
     /// KV cache size in tokens (capped at the model's trained context).
     #[arg(long, default_value_t = specula_engine::DEFAULT_CONTEXT)]
     pub ctx: usize,

@@ -114,6 +114,8 @@ pub fn open_session(args: &ModelArgs) -> Result<Session, String> {
     let mut session = Session::load(&args.model, &device, args.ctx).map_err(|e| e.to_string())?;
     if let Some(draft) = &args.draft {
         session.load_draft(draft, &device).map_err(|e| e.to_string())?;
+        let vocab = args.draft_vocab.map_or(specula_engine::DEFAULT_DRAFT_VOCAB, |n| (n > 0).then_some(n));
+        session.set_draft_vocab(vocab).map_err(|e| e.to_string())?;
     }
     Ok(session)
 }

@@ -241,6 +241,11 @@ impl CachedModel {
         self.model.truncate(self.ids.len());
     }
 
+    /// Score only `ids` from now on (`None`: every token); whether the model could.
+    pub fn restrict_output(&mut self, ids: Option<&[u32]>) -> Result<bool> {
+        self.model.restrict_output(ids)
+    }
+
     /// Make the cache hold exactly `context`, feeding only what it lacks; the logits after its
     /// last token. The last token is fed again when the whole context was already cached.
     pub fn advance_to(&mut self, context: &[u32]) -> Result<Vec<f32>> {

@@ -48,6 +48,9 @@ use std::path::Path;
 /// (the 1.5B target needs 28 layers x 2 x 2 heads x 128 x 4 B = 57 KiB per position).
 pub const DEFAULT_CONTEXT: usize = 4096;
 
+/// Tokens a draft may propose by default ([`Session::set_draft_vocab`]); `None`: all of them.
+pub const DEFAULT_DRAFT_VOCAB: Option<usize> = None;
+
 /// Everything one GGUF file gives: the model, its tokenizer and its chat template.
 pub struct LoadedModel {
     pub model: CachedModel,

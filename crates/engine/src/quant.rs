@@ -91,6 +91,26 @@ impl QLinear {
         })
     }
 
+    /// A linear layer of the rows `ids` of this one (outputs in that order), where the weights
+    /// are packed for the CPU kernels; `None` elsewhere.
+    pub fn gather_rows(&self, ids: &[u32]) -> Result<Option<QLinear>> {
+        let bias = match &self.bias {
+            Some(bias) => Some(bias.index_select(&Tensor::new(ids, bias.device())?, 0)?),
+            None => None,
+        };
+        let weights = match &self.weights {
+            Weights::Packed(packed) => Weights::Packed(packed.gather_rows(ids)?),
+            // Other CPU types: the rows dequantized and quantized again (exact for f32 and f16;
+            // the draft's precision only moves acceptance, never the output).
+            Weights::Generic(weight) => {
+                let rows = dequantize_rows(weight, ids, &Device::Cpu)?;
+                Weights::Generic(Arc::new(QTensor::quantize(&rows, weight.dtype())?))
+            }
+            Weights::Device(..) => return Ok(None),
+        };
+        Ok(Some(QLinear { weights, dtype: self.dtype, shape: (ids.len(), self.shape.1), bias }))
+    }
+
     /// Rows `ids` of the weight matrix, dequantized: the token embedding lookup (a tied
     /// output layer shares its matrix). Dequantizing the whole table would cost 0.9 GB of f32
     /// for a 151k vocabulary.

@@ -22,6 +22,30 @@ pub enum DrafterKind {
     Lookup,
 }
 
+/// The text token frequencies are counted in: the default target's own replies to prompts
+/// of code and prose (`scripts/draft-corpus.sh` writes it; none are bench prompts).
+const DRAFT_CORPUS: &str = include_str!("../data/draft-corpus.txt");
+
+/// The `n` tokens a pruned draft may propose, and every special token: the most frequent in
+/// [`DRAFT_CORPUS`], then, among tokens it never shows, the lowest ids (a BPE vocabulary
+/// numbers tokens in the order their merges were learnt, most frequent first). Sorted.
+pub fn pruned_vocab(tokenizer: &crate::Tokenizer, n: usize) -> Vec<u32> {
+    let vocab = tokenizer.vocab().len();
+    let mut counts = vec![0u32; vocab];
+    for id in tokenizer.encode_literal(DRAFT_CORPUS).unwrap_or_default() {
+        if let Some(c) = counts.get_mut(id as usize) {
+            *c += 1;
+        }
+    }
+    let mut ranked: Vec<u32> = (0..vocab as u32).collect();
+    ranked.sort_by_key(|&id| (std::cmp::Reverse(counts[id as usize]), id));
+    let mut ids: Vec<u32> = ranked.into_iter().take(n).collect();
+    ids.extend((0..vocab as u32).filter(|&id| tokenizer.is_special(id) || tokenizer.is_stop(id)));
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
 impl std::str::FromStr for DrafterKind {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
@@ -100,6 +124,18 @@ impl Session {
 
     pub fn clear_draft(&mut self) {
         self.draft = None;
+    }
+
+    /// Let the draft propose only the `n` most frequent tokens and the special tokens (the end
+    /// of a turn must stay proposable); `None`: all ([`pruned_vocab`]). Whether the draft
+    /// could (off the CPU it keeps its whole output layer).
+    pub fn set_draft_vocab(&mut self, n: Option<usize>) -> Result<bool> {
+        let Some((draft, _)) = &mut self.draft else { return Ok(false) };
+        let vocab = self.target.tokenizer.vocab().len();
+        let ids = n.filter(|&n| n < vocab).map(|n| pruned_vocab(&self.target.tokenizer, n));
+        let done = draft.restrict_vocab(ids.as_deref())?;
+        self.costs.remove(&DrafterKind::Model);
+        Ok(done)
     }
 
     pub fn draft_info(&self) -> Option<&ModelInfo> {

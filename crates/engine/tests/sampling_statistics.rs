@@ -85,8 +85,20 @@ fn always_accept(drafts: &[u32], p: &[Vec<f32>], _q: &[Vec<f32>], rng: &mut rand
 
 /// The p-value of the fit, and how many tokens came from each source.
 fn speculative_p_value(params: SamplingParams, spec: SpeculativeOptions) -> (f64, HashMap<String, usize>) {
+    speculative_p_value_with(params, spec, None)
+}
+
+/// [`speculative_p_value`] with a draft that may propose only the tokens `pruned`.
+fn speculative_p_value_with(
+    params: SamplingParams,
+    spec: SpeculativeOptions,
+    pruned: Option<&[u32]>,
+) -> (f64, HashMap<String, usize>) {
     let mut target = tiny_model(1, 0.0);
     let mut draft = DraftModel::new(tiny_model(1, 0.5));
+    if let Some(ids) = pruned {
+        assert!(draft.restrict_vocab(Some(ids)).unwrap());
+    }
     let tokenizer = tokenizer();
     let expected = exact_joint(&mut target, &params);
     let mut counts = vec![0usize; VOCAB.pow(3)];
@@ -152,6 +164,16 @@ fn sample_mode_is_target_distributed_at_temperature_one() {
 #[test]
 fn sample_mode_is_target_distributed_at_top_p() {
     let (p, sources) = speculative_p_value(sample_params(0.8), exact());
+    assert_all_paths_taken(&sources);
+    assert!(p > 0.001, "p = {p}");
+}
+
+#[test]
+fn sample_mode_is_target_distributed_with_a_pruned_draft() {
+    // The draft may propose only tokens 0..8 of 16: q is zero on the rest, which the target
+    // then reaches only by resampling. Its distribution must still be the target's.
+    let ids: Vec<u32> = (0..8).collect();
+    let (p, sources) = speculative_p_value_with(sample_params(1.0), exact(), Some(&ids));
     assert_all_paths_taken(&sources);
     assert!(p > 0.001, "p = {p}");
 }

@@ -243,8 +243,13 @@ fn events_come_in_order_and_started_reports_the_prompt() {
 fn a_model_that_cannot_load_leaves_the_service_usable_with_the_reason() {
     let engine = EngineHandle::spawn_empty(ServiceConfig::default());
     assert_eq!(engine.health().state, EngineState::Empty);
-    let missing =
-        LoadSpec { target: "/nonexistent/model.gguf".into(), draft: None, context: 256, device: "cpu".into() };
+    let missing = LoadSpec {
+        target: "/nonexistent/model.gguf".into(),
+        draft: None,
+        draft_vocab: None,
+        context: 256,
+        device: "cpu".into(),
+    };
     let err = engine.load(missing).recv().unwrap().unwrap_err();
     assert_eq!(err.code, "io");
     let health = engine.health();
@@ -254,7 +259,13 @@ fn a_model_that_cannot_load_leaves_the_service_usable_with_the_reason() {
     assert_eq!(err.code(), "no_model");
     assert!(err.to_string().contains("/nonexistent/model.gguf"), "the reply says why: {err}");
 
-    let good = LoadSpec { target: common::model(common::SMOLLM), draft: None, context: 256, device: "cpu".into() };
+    let good = LoadSpec {
+        target: common::model(common::SMOLLM),
+        draft: None,
+        draft_vocab: None,
+        context: 256,
+        device: "cpu".into(),
+    };
     let health = engine.load(good.clone()).recv().unwrap().unwrap();
     assert_eq!(health.state, EngineState::Ready);
     let mut reply = request(Prompt::Text("Hello".into()), 4);

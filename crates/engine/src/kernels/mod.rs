@@ -200,6 +200,40 @@ impl Packed {
         }
     }
 
+    /// A matrix of the rows `ids` of this one, in that order (a draft's output layer cut down
+    /// to the tokens it may propose).
+    pub fn gather_rows(&self, ids: &[u32]) -> candle_core::Result<Packed> {
+        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= self.n) {
+            candle_core::bail!("row {bad} of a matrix of {} rows", self.n);
+        }
+        let blocks = self.k / block_size(self.dtype);
+        fn gather<G, B: Clone + ZeroBlock>(
+            groups: &[G],
+            ids: &[u32],
+            blocks: usize,
+            k: usize,
+            unpack: fn(&G, usize) -> B,
+            pack_group: fn(&[&B; COLS]) -> G,
+        ) -> candle_core::Result<Vec<G>> {
+            let rows: Vec<B> = ids
+                .iter()
+                .flat_map(|&id| {
+                    let (group, lane) = (id as usize / COLS, id as usize % COLS);
+                    (0..blocks).map(move |b| unpack(&groups[group * blocks + b], lane))
+                })
+                .collect();
+            pack(&rows, ids.len(), k, pack_group)
+        }
+        let (k, n) = (self.k, ids.len());
+        let data = match &self.data {
+            PackedData::Q4K(g) => PackedData::Q4K(gather(g, ids, blocks, k, q4k::unpack, q4k::pack)?),
+            PackedData::Q6K(g) => PackedData::Q6K(gather(g, ids, blocks, k, q6k::unpack, q6k::pack)?),
+            PackedData::Q5_0(g) => PackedData::Q5_0(gather(g, ids, blocks, k, q5_0::unpack, q5_0::pack)?),
+            PackedData::Q8_0(g) => PackedData::Q8_0(gather(g, ids, blocks, k, q8_0::unpack, q8_0::pack)?),
+        };
+        Ok(Packed { dtype: self.dtype, n, k, data })
+    }
+
     /// Weight row `row` dequantized into `out` (`k` floats): the embedding lookup, from the
     /// packed copy so the file's layout need not be kept as well.
     pub fn dequantize_row(&self, row: usize, out: &mut [f32]) -> candle_core::Result<()> {

@@ -151,3 +151,25 @@ fn sizes_that_do_not_fit_are_errors() {
     assert!(packed.matmul(2, &[0.0; 256], &mut [0.0; 16]).is_err(), "lhs of the wrong length");
     assert!(Packed::new(GgmlDType::Q4_0, 8, 256, &[]).unwrap().is_none(), "no kernel for Q4_0");
 }
+
+#[test]
+fn gathered_rows_multiply_as_the_rows_of_the_whole() {
+    let (k, n) = (256, 30);
+    for dtype in TYPES {
+        let w =
+            QTensor::quantize(&Tensor::from_vec(random(n * k, 4, 1.0), (n, k), &Device::Cpu).unwrap(), dtype).unwrap();
+        let whole = Packed::new(dtype, n, k, &w.data().unwrap()).unwrap().unwrap();
+        let ids = [29u32, 0, 7, 8, 15, 3, 3, 22, 9];
+        let part = whole.gather_rows(&ids).unwrap();
+        let lhs = random(3 * k, 6, 2.0);
+        let (mut all, mut some) = (vec![0f32; 3 * n], vec![0f32; 3 * ids.len()]);
+        whole.matmul(3, &lhs, &mut all).unwrap();
+        part.matmul(3, &lhs, &mut some).unwrap();
+        for r in 0..3 {
+            for (i, &id) in ids.iter().enumerate() {
+                assert_eq!(some[r * ids.len() + i], all[r * n + id as usize], "{dtype:?}");
+            }
+        }
+        assert!(whole.gather_rows(&[30]).is_err());
+    }
+}

@@ -248,6 +248,8 @@ pub struct Decoder {
     norm: Tensor,
     /// `None` when the embeddings are tied.
     lm_head: Option<QLinear>,
+    /// The output layer cut to some tokens, and their ids: the others score -inf.
+    restricted: Option<(QLinear, Vec<u32>)>,
     /// The global layers' tables, then the local layers' when their base differs.
     rotary: Vec<Rotary>,
     caches: Vec<KvCache>,
@@ -291,6 +293,7 @@ impl Decoder {
             embed,
             layers,
             lm_head,
+            restricted: None,
             rotary,
             caches,
             vocab_size,
@@ -325,7 +328,10 @@ impl Decoder {
         }
         let x = if all_positions { x } else { x.narrow(0, n - 1, 1)? };
         let x = candle_nn::ops::rms_norm(&x, &self.norm, self.config.rms_eps)?;
-        self.lm_head.as_ref().unwrap_or(&self.embed).forward(&x)
+        match &self.restricted {
+            Some((head, ids)) => scatter(&head.forward(&x)?, ids, self.vocab_size),
+            None => self.lm_head.as_ref().unwrap_or(&self.embed).forward(&x),
+        }
     }
 
     fn forward_or_rollback(&mut self, tokens: &[u32], all_positions: bool) -> Result<Tensor> {
@@ -337,6 +343,19 @@ impl Decoder {
         }
         result
     }
+}
+
+/// Scores of some tokens `[n, ids.len()]` as scores of the whole vocabulary `[n, vocab]`, the
+/// others -inf.
+fn scatter(scores: &Tensor, ids: &[u32], vocab: usize) -> Result<Tensor> {
+    let rows: Vec<Vec<f32>> = scores.to_vec2()?;
+    let mut all = vec![f32::NEG_INFINITY; rows.len() * vocab];
+    for (row, out) in rows.iter().zip(all.chunks_exact_mut(vocab)) {
+        for (&score, &id) in row.iter().zip(ids) {
+            out[id as usize] = score;
+        }
+    }
+    Ok(Tensor::from_vec(all, (rows.len(), vocab), scores.device())?)
 }
 
 impl CausalLm for Decoder {
@@ -366,6 +385,24 @@ impl CausalLm for Decoder {
 
     fn device(&self) -> Device {
         self.norm.device().clone()
+    }
+
+    fn restrict_output(&mut self, ids: Option<&[u32]>) -> Result<bool> {
+        let Some(ids) = ids else {
+            self.restricted = None;
+            return Ok(true);
+        };
+        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= self.vocab_size) {
+            return Err(Error::InvalidSetting(format!("token {bad} is outside the vocabulary of {}", self.vocab_size)));
+        }
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
+        match head.gather_rows(ids)? {
+            Some(cut) => {
+                self.restricted = Some((cut, ids.to_vec()));
+                Ok(true)
+            }
+            None => Ok(false),
+        }
     }
 }
 

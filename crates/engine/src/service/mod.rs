@@ -174,6 +174,8 @@ pub struct LoadSpec {
     pub target: PathBuf,
     /// `None` unloads the draft.
     pub draft: Option<PathBuf>,
+    /// Tokens the draft may propose (`None`: all; see `Session::set_draft_vocab`).
+    pub draft_vocab: Option<usize>,
     /// KV cache positions (capped at the model's trained context).
     pub context: usize,
     /// `auto`, `cpu`, `cuda`, `cuda:N` or `metal`.

@@ -105,12 +105,17 @@ impl Worker {
             let device = device::select(&spec.device)?;
             tracing::info!("loading target {}", spec.target.display());
             let session = Session::load(&spec.target, &device, spec.context)?;
-            let spec = LoadSpec { draft: None, ..spec.clone() };
+            let spec = LoadSpec { draft: None, draft_vocab: None, ..spec.clone() };
             self.loaded = Some(Loaded { session, spec: Some(spec), device });
         }
         let Some(loaded) = self.loaded.as_mut() else { return Err(Error::NoModel("no target model".into())) };
-        let loaded_spec = loaded.spec.get_or_insert_with(|| LoadSpec { draft: None, ..spec.clone() });
+        let loaded_spec =
+            loaded.spec.get_or_insert_with(|| LoadSpec { draft: None, draft_vocab: None, ..spec.clone() });
         if loaded_spec.draft == spec.draft {
+            if loaded_spec.draft_vocab != spec.draft_vocab {
+                loaded.session.set_draft_vocab(spec.draft_vocab)?;
+                loaded_spec.draft_vocab = spec.draft_vocab;
+            }
             return Ok(());
         }
         match &spec.draft {
@@ -119,10 +124,12 @@ impl Worker {
                 tracing::info!("loading draft {}", path.display());
                 // A draft that fails to load or pair leaves the one before in place.
                 loaded.session.load_draft(path, &loaded.device)?;
+                loaded.session.set_draft_vocab(spec.draft_vocab)?;
             }
             None => loaded.session.clear_draft(),
         }
         loaded_spec.draft = spec.draft.clone();
+        loaded_spec.draft_vocab = spec.draft_vocab;
         Ok(())
     }
 

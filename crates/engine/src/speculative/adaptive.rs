@@ -80,9 +80,17 @@ const EMA: f64 = 0.3;
 /// does not pay (up to MAX_PROBE_INTERVAL): a probe costs a draft catch-up and a wider target
 /// pass, so a pair that never pays must not keep paying for the question.
 const FIRST_PROBE_INTERVAL: usize = 16;
-const MAX_PROBE_INTERVAL: usize = 256;
-/// Drafting steps before auto re-measures a plain step (which costs nothing but one step's gain).
-const PLAIN_EVERY: usize = 96;
+const MAX_PROBE_INTERVAL: usize = 1024;
+/// Drafting steps before auto re-measures a plain step (which costs nothing but one step's
+/// gain). Often enough to notice within a second or two that the host got slower or faster.
+const PLAIN_EVERY: usize = 32;
+/// Drafting steps whose realized rate must be known before a small loss can overrule the
+/// model; a large one (twice plain's time per token) overrules it after one step.
+const REALIZED_STEPS: f64 = 4.0;
+const LARGE_LOSS: f64 = 2.0;
+/// How much slower than plain drafting may run, realized, before auto stops it: within the
+/// noise of the measurements, not a loss anyone notices.
+const TOLERATED_LOSS: f64 = 0.03;
 
 #[derive(Debug, Clone)]
 pub struct CostModel {
@@ -99,6 +107,16 @@ pub struct CostModel {
     since_plain: usize,
     since_draft: usize,
     probe_interval: usize,
+    /// What drafting steps really delivered, whatever the model predicted: running sums of
+    /// committed tokens and of wall time (catch-up, draft, verify and the rest), decayed.
+    realized_tokens: f64,
+    realized_ms: f64,
+    /// Drafting steps measured since the realized sums were last cleared.
+    realized_steps: f64,
+    /// Drafting was stopped for losing: only a probe restarts it.
+    suppressed: bool,
+    /// Running mean wall time of a plain step, overheads included.
+    plain_step_ms: Option<f64>,
 }
 
 impl Default for CostModel {
@@ -122,6 +140,11 @@ impl CostModel {
             since_plain: 0,
             since_draft: 0,
             probe_interval: FIRST_PROBE_INTERVAL,
+            realized_tokens: 0.0,
+            realized_ms: 0.0,
+            realized_steps: 0.0,
+            suppressed: false,
+            plain_step_ms: None,
         }
     }
 
@@ -149,6 +172,28 @@ impl CostModel {
         let (hits, trials) = (accepted as f64, (accepted + usize::from(accepted < k)) as f64);
         self.hits = self.hits * (1.0 - EMA / 4.0) + hits;
         self.trials = self.trials * (1.0 - EMA / 4.0) + trials;
+    }
+
+    /// A whole step (catch-up, draft, verify, sampling, commit) that drafted `k` and committed
+    /// `tokens` took `ms` of wall time: what the choice of k really delivered.
+    pub fn record_step(&mut self, k: usize, tokens: usize, ms: f64) {
+        if k == 0 {
+            self.plain_step_ms = ema(self.plain_step_ms, ms);
+            return;
+        }
+        // The last few drafting steps count most: the host's load can change under us.
+        let keep = 1.0 - EMA;
+        self.realized_tokens = self.realized_tokens * keep + tokens as f64;
+        self.realized_ms = self.realized_ms * keep + ms;
+        self.realized_steps += 1.0;
+    }
+
+    /// Whether drafting, as realized, has been slower than plain decoding (beyond the noise).
+    fn drafting_loses(&self) -> bool {
+        let (Some(plain), true) = (self.plain_step_ms, self.realized_steps > 0.0) else { return false };
+        let per_token = self.realized_ms / self.realized_tokens.max(1.0);
+        per_token > plain * LARGE_LOSS
+            || (self.realized_steps >= REALIZED_STEPS && per_token > plain * (1.0 + TOLERATED_LOSS))
     }
 
     /// The drafter was fed `tokens` in one go (a prompt prefill or a catch-up) in `ms`.
@@ -258,6 +303,21 @@ impl CostModel {
         if self.draft_ms.is_none() {
             return max.min(3);
         }
+        // Whatever the model predicts, drafting that has really been slower stops, and waits
+        // for a probe (the host may be loaded, or the model's costs off for this host).
+        if self.drafting_loses() {
+            tracing::debug!(
+                realized = self.realized_ms / self.realized_tokens,
+                plain = self.plain_step_ms,
+                "auto k: drafting loses"
+            );
+            self.realized_tokens = 0.0;
+            self.realized_ms = 0.0;
+            self.realized_steps = 0.0;
+            self.suppressed = true;
+            self.probe_interval = (self.probe_interval * 2).min(MAX_PROBE_INTERVAL);
+            return 0;
+        }
         let best = self.best_k(max);
         tracing::debug!(
             best,
@@ -267,22 +327,36 @@ impl CostModel {
             draft_ms = self.draft_ms,
             catch_up_ms = self.catch_up_ms,
             verify_5_ms = self.verify_cost(5),
+            suppressed = self.suppressed,
             "auto k"
         );
-        if best == 0 {
-            if self.since_draft >= self.probe_interval && self.could_pay(max, backlog) {
-                self.probe_interval = (self.probe_interval * 2).min(MAX_PROBE_INTERVAL);
-                return max.min(1);
+        if best == 0 || self.suppressed {
+            if self.since_draft < self.probe_interval || !self.could_pay(max, backlog) {
+                return 0;
             }
-            return 0;
+            self.suppressed = false;
+            if best == 0 {
+                self.probe_interval = (self.probe_interval * 2).min(MAX_PROBE_INTERVAL);
+            }
+            // The cheapest probe: one draft. Its realized rate, or the model's view of its
+            // measurements, decides what follows.
+            return max.min(1);
         }
         let resumes_paying =
             backlog == 0 || self.saving_per_token(best, self.alpha()).is_some_and(|s| self.repays_catch_up(s, backlog));
         if self.since_plain >= PLAIN_EVERY || !resumes_paying {
             return 0;
         }
-        self.probe_interval = FIRST_PROBE_INTERVAL;
+        if self.drafting_wins() {
+            self.probe_interval = FIRST_PROBE_INTERVAL;
+        }
         best
+    }
+
+    /// Whether drafting, as realized, has been faster than plain decoding.
+    fn drafting_wins(&self) -> bool {
+        let (Some(plain), true) = (self.plain_step_ms, self.realized_steps >= REALIZED_STEPS) else { return false };
+        self.realized_ms / self.realized_tokens.max(1.0) < plain
     }
 
     /// Leviathan et al.'s expected speedup at draft length `k` from the measured acceptance
@@ -488,6 +562,59 @@ mod tests {
             let err = serde_json::from_str::<KSetting>(bad).unwrap_err().to_string();
             assert!(bad == "null" || err.contains("expected 1 to 16 or auto"), "{bad}: {err}");
         }
+    }
+
+    /// Decode `steps` steps under auto k with a target whose plain step takes `plain` ms and a
+    /// drafter whose every draft is accepted at `draft` ms a token, the model's costs, while a
+    /// drafting step really takes `realized(step, k)` ms; returns (drafting steps, total ms,
+    /// tokens).
+    fn simulate(steps: usize, plain: f64, draft: f64, realized: impl Fn(usize, usize) -> f64) -> (usize, f64, usize) {
+        let mut m = CostModel::new();
+        let (mut drafting, mut total, mut tokens) = (0, 0.0, 0);
+        for step in 0..steps {
+            let k = m.next_k(KSetting::Auto { max: 8 }, 0);
+            if k == 0 {
+                m.record_verify(1, plain);
+                m.record_draft(0, 0, 0.0);
+                m.record_step(0, 1, plain);
+                (total, tokens) = (total + plain, tokens + 1);
+            } else {
+                m.record_verify(k + 1, plain * (1.0 + 0.1 * k as f64));
+                m.record_draft(k, k, draft * k as f64);
+                let ms = realized(step, k);
+                m.record_step(k, k + 1, ms);
+                (drafting, total, tokens) = (drafting + 1, total + ms, tokens + k + 1);
+            }
+        }
+        (drafting, total, tokens)
+    }
+
+    #[test]
+    fn realized_losses_stop_drafting_that_the_model_thinks_pays() {
+        // The model sees a cheap draft and perfect acceptance; a loaded host makes each
+        // drafting step cost 10 plain steps (a draft 7 times dearer than a target step, as
+        // seen beside a compile). Auto must end up within a few percent of plain.
+        let (drafting, total, tokens) = simulate(2000, 100.0, 10.0, |_, _| 1000.0);
+        let plain_total = tokens as f64 * 100.0;
+        assert!(total < plain_total / 0.97, "{:.3}x of plain, {drafting} drafting steps", plain_total / total);
+        assert!(drafting < 12, "{drafting} drafting steps");
+    }
+
+    #[test]
+    fn drafting_that_really_pays_goes_on() {
+        let (drafting, total, tokens) = simulate(500, 100.0, 10.0, |_, k| 100.0 + 15.0 * k as f64);
+        assert!(drafting > 400, "{drafting}");
+        assert!(total < tokens as f64 * 100.0 / 2.0, "a 4x win stays");
+    }
+
+    #[test]
+    fn a_host_that_slows_down_is_noticed_within_a_few_steps() {
+        let slow_from = 200;
+        let (drafting, _, _) =
+            simulate(2000, 100.0, 10.0, |step, k| if step < slow_from { 100.0 + 15.0 * k as f64 } else { 1000.0 });
+        let before = simulate(slow_from, 100.0, 10.0, |_, k| 100.0 + 15.0 * k as f64).0;
+        // A few steps to see it (each 11% dearer than plain per token), then rare one-draft probes.
+        assert!(drafting - before < 16, "{} drafting steps after the slowdown", drafting - before);
     }
 
     #[test]

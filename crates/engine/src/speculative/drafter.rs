@@ -85,6 +85,13 @@ impl DraftModel {
     pub fn into_inner(self) -> CachedModel {
         self.model
     }
+
+    /// Propose only tokens of `ids` (`None`: any): the draft scores fewer tokens, and the
+    /// target, which verifies over the whole vocabulary, keeps its output exactly (a token the
+    /// draft cannot propose has q = 0, which the acceptance rule allows for).
+    pub fn restrict_vocab(&mut self, ids: Option<&[u32]>) -> Result<bool> {
+        self.model.restrict_output(ids)
+    }
 }
 
 impl Drafter for DraftModel {

@@ -114,6 +114,8 @@ pub fn generate_speculative(
     let mut totals = Totals::default();
 
     while !reply.is_done() {
+        let step_started = Instant::now();
+        let committed_before = reply.tokens.len();
         let room = target.capacity().saturating_sub(reply.context.len());
         if room == 0 {
             reply.finish = Some(FinishReason::ContextFull);
@@ -165,6 +167,7 @@ pub fn generate_speculative(
 
         costs.record_verify(input.len(), verify_ms);
         costs.record_draft(k, outcome.accepted, draft_ms);
+        costs.record_step(k, reply.tokens.len() - committed_before, ms(step_started.elapsed()));
         totals.record(k, outcome.accepted, catch_up_ms + draft_ms, verify_ms);
         let step = step_event(&reply, costs, &totals, k, outcome.accepted);
         reply.step(&step);
