@@ -2,7 +2,7 @@
 # Every test, from a fresh machine: system packages and tauri-driver (scripts/install-deps.sh),
 # the real models (cached under ~/.cache), then formatting, lints (of the CUDA build too, whose
 # kernels nvcc compiles here without a GPU), the Rust unit and
-# integration tests, the server's tests with the official OpenAI client (Node.js), the web
+# integration tests, the server's tests with the official OpenAI clients (Node.js and Python), the web
 # UI's unit tests (vitest), its chat flow in headless chromium against `specula serve --ui`,
 # and the desktop app in its real webview (tauri-driver + WebKitWebDriver under Xvfb).
 # Screenshots land in ui/e2e/artifacts.
@@ -66,6 +66,12 @@ reap() {
 
 (cd tests/server && npm ci --no-audit --no-fund)
 contained server-tests 900 env -C tests/server SPECULA_BIN="$target_dir/debug/specula" npm test
+# The official openai Python SDK, pinned, in a venv of its own (cached beside the models).
+sdk_venv="$HOME/.cache/specula/openai-sdk-venv"
+[ -x "$sdk_venv/bin/python" ] || python3 -m venv "$sdk_venv"
+"$sdk_venv/bin/pip" install -q --disable-pip-version-check -r tests/sdk/requirements.txt
+contained openai-sdk 900 env SPECULA_BIN="$target_dir/debug/specula" \
+  "$sdk_venv/bin/python" -m unittest -v tests/sdk/test_openai_sdk.py
 contained browser-e2e 600 env -C ui SPECULA_BIN="$target_dir/debug/specula" npm run e2e
 contained app-e2e 900 env -C ui SPECULA_APP="$target_dir/debug/specula-app" \
   TAURI_DRIVER="$HOME/.cache/specula/tools/bin/tauri-driver" \

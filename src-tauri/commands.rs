@@ -193,6 +193,7 @@ pub fn reply(
     settings: AppSettings,
     on_event: Channel<ReplyEvent>,
 ) -> CommandResult<ReplyStarted> {
+    let settings = settings.for_one_reply();
     settings.options()?;
     settings.load_spec()?;
     let conversation = with_store(&state, |s| s.conversation(conversation_id))?;
@@ -212,15 +213,15 @@ pub fn reply(
 }
 
 fn chat_messages(conversation: &Conversation) -> Vec<Message> {
-    let system = (!conversation.system_prompt.trim().is_empty())
-        .then(|| Message { role: Role::System, content: conversation.system_prompt.clone() });
-    let turns = conversation.messages.iter().map(|m| Message {
-        role: match m.role.as_str() {
+    let system =
+        (!conversation.system_prompt.trim().is_empty()).then(|| Message::system(conversation.system_prompt.clone()));
+    let turns = conversation.messages.iter().map(|m| {
+        let role = match m.role.as_str() {
             "system" => Role::System,
             "assistant" => Role::Assistant,
             _ => Role::User,
-        },
-        content: m.content.clone(),
+        };
+        Message::new(role, m.content.clone())
     });
     system.into_iter().chain(turns).collect()
 }

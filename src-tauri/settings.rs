@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use specula_engine::service::LoadSpec;
 use specula_engine::speculative::KSetting;
 use specula_engine::{DrafterKind, GenerateOptions, Mode, SamplingParams};
+use std::hash::{BuildHasher, Hasher};
 use std::path::PathBuf;
 
 const DEFAULT_TARGET: &str = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf";
@@ -22,7 +23,9 @@ pub struct AppSettings {
     pub temperature: f32,
     pub top_p: f32,
     pub top_k: usize,
-    pub seed: u64,
+    /// A pinned seed; `None` draws a fresh one for each reply, so Regenerate gives a new one.
+    #[serde(default)]
+    pub seed: Option<u64>,
     pub max_tokens: usize,
     pub context: usize,
     pub device: String,
@@ -49,7 +52,7 @@ impl Default for AppSettings {
             temperature: sampling.temperature,
             top_p: sampling.top_p,
             top_k: sampling.top_k,
-            seed: sampling.seed,
+            seed: None,
             max_tokens: 512,
             context: specula_engine::DEFAULT_CONTEXT,
             device: "auto".into(),
@@ -91,17 +94,28 @@ impl AppSettings {
             temperature: if greedy { 0.0 } else { self.temperature },
             top_p: self.top_p,
             top_k: self.top_k,
-            seed: self.seed,
+            seed: self.seed.unwrap_or_default(),
             ..SamplingParams::default()
         };
         sampling.validate()?;
-        Ok(GenerateOptions { max_tokens: self.max_tokens.max(1), sampling, stop: Vec::new() })
+        Ok(GenerateOptions { max_tokens: self.max_tokens.max(1), sampling, stop: Vec::new(), ..Default::default() })
     }
 
-    /// How a reply was made, stored with it: "draft model · k auto · greedy".
+    /// The settings for one reply: a seed drawn now unless one is pinned, so that the label
+    /// stored with the reply names the seed that made it.
+    pub fn for_one_reply(&self) -> Self {
+        let seed = self.seed.unwrap_or_else(|| std::collections::hash_map::RandomState::new().build_hasher().finish());
+        Self { seed: Some(seed), ..self.clone() }
+    }
+
+    /// How a reply was made, stored with it: "draft model · k auto · greedy", or with the seed
+    /// when it sampled ("· sample · seed 7").
     pub fn label(&self) -> String {
-        let mode =
+        let mut mode =
             serde_json::to_value(self.mode).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
+        if let (false, Some(seed)) = (self.mode == Mode::Greedy, self.seed) {
+            mode = format!("{mode} · seed {seed}");
+        }
         let k = self.k;
         match self.drafter {
             DrafterKind::None => format!("plain · {mode}"),
@@ -113,6 +127,17 @@ impl AppSettings {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn each_reply_draws_its_own_seed_unless_one_is_pinned() {
+        let settings = super::AppSettings { mode: super::Mode::Sample, ..Default::default() };
+        let (a, b) = (settings.for_one_reply(), settings.for_one_reply());
+        assert_ne!(a.seed, b.seed);
+        assert_eq!(a.options().unwrap().sampling.seed, a.seed.unwrap());
+        assert!(a.label().ends_with(&format!("sample · seed {}", a.seed.unwrap())), "{}", a.label());
+        let pinned = super::AppSettings { seed: Some(7), ..settings };
+        assert_eq!(pinned.for_one_reply().seed, Some(7));
+    }
+
     use super::*;
 
     #[test]

@@ -326,7 +326,7 @@ async function openSettings(): Promise<void> {
   k.replaceChildren(option('auto', 'auto (measured)'), ...Array.from({ length: 16 }, (_, i) => option(String(i + 1), String(i + 1))));
   k.value = String(s.k);
   for (const name of ['mode', 'temperature', 'top_p', 'top_k', 'seed', 'max_tokens', 'context', 'device'] as const) {
-    (form.elements.namedItem(name) as HTMLInputElement).value = String(s[name]);
+    (form.elements.namedItem(name) as HTMLInputElement).value = String(s[name] ?? '');
   }
   for (const name of ['context', 'device']) {
     (form.elements.namedItem(name) as HTMLInputElement).disabled = !state.backend.canChooseTarget;
@@ -392,7 +392,7 @@ function readSettings(): Settings {
     temperature: Number(value('temperature')),
     top_p: Number(value('top_p')),
     top_k: Number(value('top_k')),
-    seed: Number(value('seed')),
+    seed: value('seed').trim() === '' ? null : Number(value('seed')),
     max_tokens: Number(value('max_tokens')),
     context: Number(value('context')),
     device: value('device'),

@@ -75,6 +75,10 @@ struct Summary {
 
 #[derive(Serialize)]
 struct Report<'a> {
+    /// The CPU model, its SIMD features and the kernel path used.
+    cpu: String,
+    /// Seconds since 1970 when the run ended.
+    unix_time: u64,
     model: String,
     draft: String,
     max_tokens: usize,
@@ -126,16 +130,23 @@ pub fn bench(args: BenchArgs) -> CliResult {
     let prompts = load_prompts(&args)?;
     let mut session = open_session(&args.model)?;
     let costs = forward_costs(&mut session)?;
+    println!("{}\n", specula_engine::kernels::cpu_description());
     println!("| target pass over n tokens | ms | x one token |\n|---|---|---|");
     for c in &costs {
         println!("| {} | {:.1} | {:.2} |", c.n, c.ms, c.ratio);
     }
     println!();
-    let options = GenerateOptions { max_tokens: args.max_tokens, sampling: SamplingParams::greedy(), stop: Vec::new() };
+    let options = GenerateOptions {
+        max_tokens: args.max_tokens,
+        sampling: SamplingParams::greedy(),
+        stop: Vec::new(),
+        ..Default::default()
+    };
     let mut runs = Vec::new();
     for (i, item) in prompts.iter().enumerate() {
-        let prompt =
-            session.chat_prompt(&[specula_engine::Message::user(item.prompt.clone())]).map_err(|e| e.to_string())?;
+        let prompt = session
+            .chat_prompt(&[specula_engine::Message::user(item.prompt.clone())], &[])
+            .map_err(|e| e.to_string())?;
         for k in &args.ks {
             // Plain and speculative back to back, per k, so both see the same machine state.
             let plain = session.generate_plain(&prompt, &options, &mut NullSink).map_err(|e| e.to_string())?;
@@ -162,6 +173,8 @@ pub fn bench(args: BenchArgs) -> CliResult {
     print_table(&summary);
     if let Some(path) = &args.json {
         let report = Report {
+            cpu: specula_engine::kernels::cpu_description(),
+            unix_time: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
             model: args.model.model.display().to_string(),
             draft: args.model.draft.as_ref().map(|d| d.display().to_string()).unwrap_or_default(),
             max_tokens: args.max_tokens,

@@ -4,6 +4,7 @@
 mod bench;
 mod library;
 mod run;
+mod speed;
 
 use clap::{Args, Parser, Subcommand};
 use specula_engine::sampling::{Mode, SamplingParams};
@@ -28,6 +29,8 @@ enum Command {
     Tokenize(run::TokenizeArgs),
     /// Plain vs speculative decoding, side by side on a prompt set.
     Bench(bench::BenchArgs),
+    /// Prompt processing and generation speed, as llama.cpp's llama-bench measures them.
+    Speed(speed::SpeedArgs),
     /// An OpenAI-compatible HTTP server (and the web UI with --ui).
     Serve(run::ServeArgs),
     /// Whether two models can pair as target and draft, and if not, exactly why.
@@ -195,7 +198,7 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SPECULA_LOG")
-                .unwrap_or_else(|_| "warn,specula_engine=info".into()),
+                .unwrap_or_else(|_| "warn,specula_engine=info,specula_server=info".into()),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -205,6 +208,7 @@ fn main() -> ExitCode {
         Command::Chat(args) => run::chat(args).map(|()| ExitCode::SUCCESS),
         Command::Tokenize(args) => run::tokenize(args).map(|()| ExitCode::SUCCESS),
         Command::Bench(args) => bench::bench(args).map(|()| ExitCode::SUCCESS),
+        Command::Speed(args) => speed::speed(args).map(|()| ExitCode::SUCCESS),
         Command::Serve(args) => run::serve(args).map(|()| ExitCode::SUCCESS),
         Command::Doctor(args) => doctor(args),
         Command::Pull(args) => library::pull(args).map(|()| ExitCode::SUCCESS),

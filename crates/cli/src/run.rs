@@ -138,7 +138,7 @@ pub fn generate(args: GenerateArgs) -> CliResult {
     } else {
         let mut messages: Vec<Message> = args.system.iter().map(Message::system).collect();
         messages.push(Message::user(user));
-        session.chat_prompt(&messages)
+        session.chat_prompt(&messages, &[])
     }
     .map_err(|e| e.to_string())?;
     let options = options(&args.sampling);
@@ -287,7 +287,12 @@ pub fn tokenize(args: TokenizeArgs) -> CliResult {
 }
 
 pub fn options(args: &SamplingArgs) -> GenerateOptions {
-    GenerateOptions { max_tokens: args.max_tokens, sampling: args.params(), stop: args.stop.clone() }
+    GenerateOptions {
+        max_tokens: args.max_tokens,
+        sampling: args.params(),
+        stop: args.stop.clone(),
+        ..Default::default()
+    }
 }
 
 /// Streams text to stdout, coloured by provenance when stdout is a terminal.

@@ -51,7 +51,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
         .collect();
     let mut hits = std::collections::BTreeMap::<(String, usize), (usize, usize)>::new();
-    let options = GenerateOptions { max_tokens: 64, sampling: SamplingParams::greedy(), stop: vec![] };
+    let options =
+        GenerateOptions { max_tokens: 64, sampling: SamplingParams::greedy(), stop: vec![], ..Default::default() };
     let mut taken = std::collections::HashMap::<String, usize>::new();
     for p in &prompts {
         let kind = p["kind"].as_str().unwrap_or("?").to_string();
@@ -60,7 +61,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             continue;
         }
         *count += 1;
-        let prompt = target.chat_prompt(&[Message::user(p["prompt"].as_str().unwrap_or(""))])?;
+        let prompt = target.chat_prompt(&[Message::user(p["prompt"].as_str().unwrap_or(""))], &[])?;
         let reply = target.generate(&prompt, &options, &mut NullSink)?;
         let mut sequence = prompt.clone();
         sequence.extend(reply.tokens.iter().map(|t| t.id));

@@ -188,8 +188,13 @@ pub fn trial(session: &mut Session, tokens: usize) -> Result<Trial> {
     if session.draft_info().is_none() {
         return Err(Error::InvalidSetting("the trial needs a draft model".into()));
     }
-    let prompt = session.chat_prompt(&[Message::user(TRIAL_PROMPT)])?;
-    let options = GenerateOptions { max_tokens: tokens, sampling: SamplingParams::greedy(), stop: Vec::new() };
+    let prompt = session.chat_prompt(&[Message::user(TRIAL_PROMPT)], &[])?;
+    let options = GenerateOptions {
+        max_tokens: tokens,
+        sampling: SamplingParams::greedy(),
+        stop: Vec::new(),
+        ..Default::default()
+    };
     let plain = session.generate_plain(&prompt, &options, &mut NullSink)?;
     let decoding = Decoding { drafter: DrafterKind::Model, k: KSetting::Fixed(TRIAL_K) };
     let speculative = session.generate(&prompt, &options, decoding, &mut NullSink)?;

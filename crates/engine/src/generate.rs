@@ -34,6 +34,19 @@ pub struct TokenEvent {
     /// The draft's probability of this token (drafted and resampled tokens).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub q: Option<f32>,
+    /// The target's most likely tokens at this position, most likely first, when
+    /// [`GenerateOptions::alternatives`] asks for them (OpenAI's `top_logprobs`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alternatives: Vec<Alternative>,
+}
+
+/// A token the target could have chosen, with its probability.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Alternative {
+    pub id: u32,
+    /// The token's own text (a byte fragment of a character is shown lossily).
+    pub text: String,
+    pub p: f32,
 }
 
 /// Live figures after one decoding step.
@@ -117,12 +130,19 @@ impl FinishReason {
     }
 }
 
+/// The most alternatives a token event lists (OpenAI's limit for `top_logprobs`).
+pub const MAX_ALTERNATIVES: usize = 20;
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GenerateOptions {
     pub max_tokens: usize,
     pub sampling: SamplingParams,
     /// Stop when the reply contains one of these; the reply ends before it.
     pub stop: Vec<String>,
+    /// How many of the target's most likely tokens each token event lists (0 to
+    /// [`MAX_ALTERNATIVES`]).
+    #[serde(default)]
+    pub alternatives: usize,
 }
 
 impl GenerateOptions {
@@ -135,13 +155,17 @@ impl GenerateOptions {
         if self.stop.iter().any(String::is_empty) {
             return Err(Error::InvalidSetting("a stop string is empty".into()));
         }
+        if self.alternatives > MAX_ALTERNATIVES {
+            let n = self.alternatives;
+            return Err(Error::InvalidSetting(format!("{n} alternatives per token: at most {MAX_ALTERNATIVES}")));
+        }
         self.sampling.validate()
     }
 }
 
 impl Default for GenerateOptions {
     fn default() -> Self {
-        Self { max_tokens: 512, sampling: SamplingParams::default(), stop: Vec::new() }
+        Self { max_tokens: 512, sampling: SamplingParams::default(), stop: Vec::new(), alternatives: 0 }
     }
 }
 
@@ -346,8 +370,9 @@ impl<'a> Reply<'a> {
         self.finish.is_some()
     }
 
-    /// Add a token to the reply; false once the reply has ended.
-    pub fn commit(&mut self, id: u32, source: Source, p: Option<f32>, q: Option<f32>) -> Result<bool> {
+    /// Add a token to the reply, chosen where the target's distribution was `target`; false
+    /// once the reply has ended.
+    pub fn commit(&mut self, id: u32, source: Source, target: &[f32], q: Option<f32>) -> Result<bool> {
         if self.is_done() {
             return Ok(false);
         }
@@ -358,7 +383,9 @@ impl<'a> Reply<'a> {
         self.context.push(id);
         let text = self.stream.push(id)?;
         self.text.push_str(&text);
-        let event = TokenEvent { id, text, source, p, q };
+        let p = target.get(id as usize).copied();
+        let alternatives = self.alternatives(target);
+        let event = TokenEvent { id, text, source, p, q, alternatives };
         let flow = self.sink.on_token(&event);
         self.tokens.push(event);
         if let Some(at) = self.options.stop.iter().filter_map(|s| self.text.find(s.as_str())).min() {
@@ -370,6 +397,21 @@ impl<'a> Reply<'a> {
             self.finish = Some(FinishReason::MaxTokens);
         }
         Ok(!self.is_done())
+    }
+
+    /// The `options.alternatives` most likely tokens of `target`, most likely first.
+    fn alternatives(&self, target: &[f32]) -> Vec<Alternative> {
+        let n = self.options.alternatives.min(target.len());
+        if n == 0 {
+            return Vec::new();
+        }
+        let mut ids: Vec<u32> = (0..target.len() as u32).collect();
+        let by_p = |a: &u32, b: &u32| target[*b as usize].total_cmp(&target[*a as usize]).then(a.cmp(b));
+        ids.select_nth_unstable_by(n - 1, by_p);
+        ids.truncate(n);
+        ids.sort_by(by_p);
+        let text = |id: u32| self.tokenizer.decode(&[id]).unwrap_or_default();
+        ids.into_iter().map(|id| Alternative { id, text: text(id), p: target[id as usize] }).collect()
     }
 
     pub fn step(&mut self, step: &StepEvent) {
@@ -443,7 +485,7 @@ pub fn generate_plain(
         }
         let logits = target.advance_to(&reply.context)?;
         let choice = sampler.choose(&logits, &reply.context, reply.position())?;
-        reply.commit(choice.token, Source::Target, Some(choice.prob()), None)?;
+        reply.commit(choice.token, Source::Target, &choice.probs, None)?;
     }
     let decode = reply.decode_elapsed();
     let generated = reply.tokens.len();

@@ -29,11 +29,11 @@ pub mod synth;
 pub mod tokenizer;
 
 pub use candle_core;
-pub use chat::{ChatTemplate, Message, Role};
+pub use chat::{ChatTemplate, FunctionCall, Message, Role, ToolCall};
 pub use error::{Error, ErrorInfo, Result};
 pub use generate::{
-    generate_plain, CachedModel, FinishReason, Flow, GenerateOptions, Generation, GenerationStats, NullSink, Source,
-    SpeculativeStats, StepEvent, TokenEvent, TokenSink,
+    generate_plain, Alternative, CachedModel, FinishReason, Flow, GenerateOptions, Generation, GenerationStats,
+    NullSink, Source, SpeculativeStats, StepEvent, TokenEvent, TokenSink, MAX_ALTERNATIVES,
 };
 pub use inspect::{check_draft_for, inspect, ModelCard};
 pub use models::{CausalLm, ModelInfo};
@@ -73,12 +73,13 @@ impl LoadedModel {
 
     /// The prompt for a chat, as the model's template renders it. The template's own text is
     /// read with its special tokens; what the messages say is read as plain text.
-    pub fn chat_prompt(&self, messages: &[Message]) -> Result<Vec<u32>> {
+    /// The prompt for a chat, `tools` (OpenAI's function definitions) rendered by the template.
+    pub fn chat_prompt(&self, messages: &[Message], tools: &[serde_json::Value]) -> Result<Vec<u32>> {
         if messages.is_empty() {
             return Err(Error::InvalidSetting("a chat needs at least one message".into()));
         }
         let specials: Vec<&str> = self.tokenizer.special_texts().collect();
-        let parts = self.template.render_parts(messages, &specials)?;
+        let parts = self.template.render_parts(messages, tools, &specials)?;
         let mut ids = Vec::new();
         for (i, part) in parts.iter().enumerate() {
             match part {

@@ -142,8 +142,8 @@ impl Session {
         self.draft.as_ref().map(|(_, info)| info)
     }
 
-    pub fn chat_prompt(&self, messages: &[Message]) -> Result<Vec<u32>> {
-        self.target.chat_prompt(messages)
+    pub fn chat_prompt(&self, messages: &[Message], tools: &[serde_json::Value]) -> Result<Vec<u32>> {
+        self.target.chat_prompt(messages, tools)
     }
 
     /// A reply to `prompt` decoded as `decoding` says (plain when its drafter is none).

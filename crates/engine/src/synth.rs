@@ -444,9 +444,10 @@ mod tests {
         write(&Spec::preset("tiny", 7).unwrap(), &tiny_tokenizer(), &path).unwrap();
         let mut model = LoadedModel::load(&path, &candle_core::Device::Cpu, 128).unwrap();
         assert_eq!(model.info.vocab_size, 259);
-        let prompt = model.chat_prompt(&[Message::user("hello")]).unwrap();
+        let prompt = model.chat_prompt(&[Message::user("hello")], &[]).unwrap();
         assert!(prompt.len() > 5);
-        let options = GenerateOptions { max_tokens: 8, sampling: SamplingParams::greedy(), stop: vec![] };
+        let options =
+            GenerateOptions { max_tokens: 8, sampling: SamplingParams::greedy(), stop: vec![], ..Default::default() };
         let g = model.generate(&prompt, &options, &mut |_: &crate::TokenEvent| Flow::Continue).unwrap();
         assert!(!g.tokens.is_empty());
     }

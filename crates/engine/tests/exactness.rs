@@ -69,7 +69,7 @@ fn compare_with_plain(
 ) -> std::collections::HashMap<(&'static str, Source), usize> {
     let tiny = Tiny::chat(1, 0.0);
     let (mut target, tokenizer) = (tiny.model(), tiny.tokenizer());
-    let options = GenerateOptions { max_tokens: tokens, sampling, stop: vec![] };
+    let options = GenerateOptions { max_tokens: tokens, sampling, stop: vec![], ..Default::default() };
     let mut sources = std::collections::HashMap::new();
     for (name, mut drafter) in drafters() {
         for prompt in prompts() {

@@ -13,7 +13,12 @@ fn greedy_reproduces_llama_cpp_up_to_near_ties() {
     let cases = golden["models"][TARGET].as_array().unwrap();
     let n_predict = golden["n_predict"].as_u64().unwrap() as usize;
     let mut lm = LoadedModel::load(model(TARGET), &device(), 1024).unwrap();
-    let options = GenerateOptions { max_tokens: n_predict, sampling: SamplingParams::greedy(), stop: vec![] };
+    let options = GenerateOptions {
+        max_tokens: n_predict,
+        sampling: SamplingParams::greedy(),
+        stop: vec![],
+        ..Default::default()
+    };
     let mut full_matches = 0;
     for case in cases {
         let user = case["user"].as_str().unwrap();

@@ -58,8 +58,9 @@ fn mutate(base: &[u8], header_len: usize, rng: &mut Rng) -> Vec<u8> {
 fn exercise(path: &std::path::Path, bytes: &[u8]) -> bool {
     let _ = gguf::parse_header(bytes);
     let Ok(mut model) = LoadedModel::load(path, &candle_core::Device::Cpu, 64) else { return false };
-    let Ok(prompt) = model.chat_prompt(&[Message::user("hi")]) else { return false };
-    let options = GenerateOptions { max_tokens: 2, sampling: SamplingParams::greedy(), stop: vec![] };
+    let Ok(prompt) = model.chat_prompt(&[Message::user("hi")], &[]) else { return false };
+    let options =
+        GenerateOptions { max_tokens: 2, sampling: SamplingParams::greedy(), stop: vec![], ..Default::default() };
     model.generate(&prompt, &options, &mut NullSink).is_ok()
 }
 

@@ -107,7 +107,7 @@ fn speculative_p_value_with(
         let options = GenerateOptions {
             max_tokens: 3,
             sampling: SamplingParams { seed: run as u64, ..params.clone() },
-            stop: vec![],
+            ..Default::default()
         };
         let g = generate_speculative(
             &mut target,

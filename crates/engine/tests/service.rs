@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn greedy(max_tokens: usize) -> GenerateOptions {
-    GenerateOptions { max_tokens, sampling: SamplingParams::greedy(), stop: vec![] }
+    GenerateOptions { max_tokens, sampling: SamplingParams::greedy(), stop: vec![], ..Default::default() }
 }
 
 fn tokens(n: usize) -> Prompt {

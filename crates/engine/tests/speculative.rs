@@ -48,13 +48,14 @@ fn speculate(pair: &mut Pair, prompt: &[u32], options: &GenerateOptions, k: KSet
 }
 
 fn prompt(pair: &Pair, user: &str) -> Vec<u32> {
-    pair.target.chat_prompt(&[Message::user(user)]).unwrap()
+    pair.target.chat_prompt(&[Message::user(user)], &[]).unwrap()
 }
 
 /// Greedy replies to `prompts`, speculative at each k, against plain.
 fn greedy_identity(prompts: &[&str], tokens: usize, ks: &[KSetting]) {
     let mut pair = pair();
-    let options = GenerateOptions { max_tokens: tokens, sampling: SamplingParams::greedy(), stop: vec![] };
+    let options =
+        GenerateOptions { max_tokens: tokens, sampling: SamplingParams::greedy(), stop: vec![], ..Default::default() };
     let mut mismatches = 0;
     for user in prompts {
         let prompt = prompt(&pair, user);
@@ -88,7 +89,7 @@ fn reproducible_identity(prompts: &[&str], seeds: &[u64], ks: &[KSetting]) {
         let prompt = prompt(&pair, user);
         for &seed in seeds {
             let sampling = SamplingParams { mode: Mode::Reproducible, temperature: 0.8, seed, ..Default::default() };
-            let options = GenerateOptions { max_tokens: 12, sampling, stop: vec![] };
+            let options = GenerateOptions { max_tokens: 12, sampling, stop: vec![], ..Default::default() };
             let plain =
                 generate_plain(&mut pair.target.model, &pair.target.tokenizer, &prompt, &options, &mut NullSink)
                     .unwrap();
@@ -128,7 +129,8 @@ fn reproducible_speculative_equals_plain_on_every_prompt() {
 #[test]
 fn provenance_carries_p_and_q() {
     let mut pair = pair();
-    let options = GenerateOptions { max_tokens: 24, sampling: SamplingParams::greedy(), stop: vec![] };
+    let options =
+        GenerateOptions { max_tokens: 24, sampling: SamplingParams::greedy(), stop: vec![], ..Default::default() };
     let prompt = prompt(&pair, PROMPTS[0]);
     let g = speculate(&mut pair, &prompt, &options, KSetting::Fixed(4));
     for t in &g.tokens {

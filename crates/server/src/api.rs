@@ -1,17 +1,35 @@
 //! OpenAI's request and response shapes, with Specula's extensions under `specula`.
+//!
+//! Requests are read as clients really send them (content as a string, a list of parts or
+//! null; the `developer`, `tool` and legacy `function` roles; assistant turns that carry
+//! `tool_calls`; a legacy `prompt` as a string or a list) and turned into the engine's
+//! [`Message`]s here, so the handlers see one shape.
 
 use serde::{Deserialize, Serialize};
 use specula_engine::speculative::KSetting;
-use specula_engine::{DrafterKind, Generation, GenerationStats, Message, Mode, StepEvent, TokenEvent};
+use specula_engine::{
+    DrafterKind, FunctionCall, Generation, GenerationStats, Message, Mode, Role, StepEvent, TokenEvent, ToolCall,
+};
 
 #[derive(Debug, Deserialize)]
 pub struct ChatRequest {
     pub model: String,
-    pub messages: Vec<Message>,
+    pub messages: Vec<ChatMessage>,
     #[serde(default)]
     pub stream: bool,
+    #[serde(default)]
+    pub stream_options: Option<StreamOptions>,
     #[serde(flatten)]
     pub sampling: SamplingFields,
+    /// Return each token's log-probability.
+    #[serde(default)]
+    pub logprobs: bool,
+    /// With `logprobs`, also the most likely tokens at each position (0-20).
+    pub top_logprobs: Option<usize>,
+    #[serde(default)]
+    pub tools: Vec<Tool>,
+    pub tool_choice: Option<ToolChoice>,
+    pub response_format: Option<ResponseFormat>,
     #[serde(default)]
     pub speculative: Option<SpeculativeOverride>,
 }
@@ -19,13 +37,179 @@ pub struct ChatRequest {
 #[derive(Debug, Deserialize)]
 pub struct CompletionRequest {
     pub model: String,
-    pub prompt: String,
+    pub prompt: CompletionPrompt,
     #[serde(default)]
     pub stream: bool,
+    #[serde(default)]
+    pub stream_options: Option<StreamOptions>,
     #[serde(flatten)]
     pub sampling: SamplingFields,
+    /// The legacy API's logprobs: how many alternatives per token (0-5 in OpenAI's).
+    pub logprobs: Option<usize>,
+    /// Prepend the prompt to the returned text (refused: not supported).
+    #[serde(default)]
+    pub echo: bool,
+    /// Text after the completion (refused: not supported).
+    pub suffix: Option<String>,
     #[serde(default)]
     pub speculative: Option<SpeculativeOverride>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct StreamOptions {
+    /// Send usage on a chunk of its own, with empty `choices`, before `[DONE]`.
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+/// A legacy completion prompt: one text, several, or token ids.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum CompletionPrompt {
+    Text(String),
+    Texts(Vec<String>),
+    Tokens(Vec<u32>),
+    TokenLists(Vec<Vec<u32>>),
+}
+
+/// One message as the API takes it.
+#[derive(Debug, Deserialize)]
+pub struct ChatMessage {
+    pub role: String,
+    #[serde(default)]
+    pub content: Option<Content>,
+    #[serde(default)]
+    pub tool_calls: Vec<ApiToolCall>,
+    pub tool_call_id: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ContentPart {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub text: Option<String>,
+}
+
+/// A tool call as OpenAI writes it: `arguments` is a JSON text.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct ApiToolCall {
+    pub id: String,
+    #[serde(rename = "type", default = "function_type")]
+    pub kind: String,
+    pub function: ApiFunctionCall,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct ApiFunctionCall {
+    pub name: String,
+    pub arguments: String,
+}
+
+fn function_type() -> String {
+    "function".into()
+}
+
+/// A function the model may call: passed whole to the chat template, which renders it as the
+/// model was trained to see it.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct Tool {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub function: serde_json::Value,
+}
+
+impl Tool {
+    pub fn name(&self) -> Option<&str> {
+        self.function.get("name").and_then(serde_json::Value::as_str)
+    }
+}
+
+/// `"none"`, `"auto"`, `"required"`, or `{"type": "function", "function": {"name": ...}}`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum ToolChoice {
+    Mode(String),
+    Named { function: NamedFunction },
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct NamedFunction {
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ResponseFormat {
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+/// Why a message cannot be read, as the 400's message says it.
+pub type ShapeError = String;
+
+impl ChatMessage {
+    /// The engine's message: `developer` is a system turn, `function` a tool's, and content
+    /// parts are joined (text only: these models read no images or audio).
+    pub fn into_message(self, index: usize) -> Result<Message, ShapeError> {
+        let role = match self.role.as_str() {
+            "system" | "developer" => Role::System,
+            "user" => Role::User,
+            "assistant" => Role::Assistant,
+            "tool" | "function" => Role::Tool,
+            other => {
+                return Err(format!(
+                    "messages[{index}].role `{other}` is not one of system, developer, user, assistant, tool"
+                ))
+            }
+        };
+        let content = match self.content {
+            None => String::new(),
+            Some(Content::Text(text)) => text,
+            Some(Content::Parts(parts)) => join_parts(parts, index)?,
+        };
+        let tool_calls = self.tool_calls.into_iter().map(ApiToolCall::into_engine).collect();
+        Ok(Message { role, content, tool_calls, tool_call_id: self.tool_call_id })
+    }
+}
+
+fn join_parts(parts: Vec<ContentPart>, index: usize) -> Result<String, ShapeError> {
+    let mut text = String::new();
+    for part in parts {
+        match (part.kind.as_str(), part.text) {
+            ("text", Some(t)) => text.push_str(&t),
+            (kind, _) => {
+                return Err(format!("messages[{index}] has a `{kind}` part: this model reads text parts only"))
+            }
+        }
+    }
+    Ok(text)
+}
+
+impl ApiToolCall {
+    /// Templates want `arguments` as a value; a text that is not JSON stays a string.
+    fn into_engine(self) -> ToolCall {
+        let arguments = serde_json::from_str(&self.function.arguments)
+            .unwrap_or(serde_json::Value::String(self.function.arguments));
+        ToolCall { id: self.id, kind: self.kind, function: FunctionCall { name: self.function.name, arguments } }
+    }
+}
+
+impl CompletionPrompt {
+    pub fn into_prompts(self) -> Vec<specula_engine::service::Prompt> {
+        use specula_engine::service::Prompt;
+        match self {
+            CompletionPrompt::Text(t) => vec![Prompt::Text(t)],
+            CompletionPrompt::Texts(ts) => ts.into_iter().map(Prompt::Text).collect(),
+            CompletionPrompt::Tokens(ids) => vec![Prompt::Tokens(ids)],
+            CompletionPrompt::TokenLists(lists) => lists.into_iter().map(Prompt::Tokens).collect(),
+        }
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -37,7 +221,10 @@ pub struct SamplingFields {
     /// OpenAI's newer name for max_tokens.
     pub max_completion_tokens: Option<usize>,
     pub stop: Option<Stop>,
+    /// Fixes the random draws; without one every reply draws afresh, as OpenAI's do.
     pub seed: Option<u64>,
+    /// Choices to generate for the prompt.
+    pub n: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -79,7 +266,7 @@ pub struct ModelCard {
     pub owned_by: &'static str,
 }
 
-#[derive(Serialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Usage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
@@ -106,6 +293,9 @@ pub struct Extension {
     pub step: Option<StepEvent>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stats: Option<GenerationStats>,
+    /// The seed each choice was sampled with, in choice order: send it back to replay.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub seeds: Vec<u64>,
 }
 
 /// The engine's one mapping of how a reply ended ("stop", "length", "cancelled").

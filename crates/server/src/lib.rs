@@ -8,22 +8,24 @@
 
 pub mod api;
 pub mod listen;
+mod reply;
 pub mod security;
+mod stream_text;
+mod tools;
 
 use api::*;
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{DefaultBodyLimit, Request as HttpRequest, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::extract::{DefaultBodyLimit, Path, Request as HttpRequest, State};
+use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::middleware::Next;
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::{Json, Router};
-use specula_engine::service::{EngineHandle, EngineState, Event, Prompt, Request, ServiceConfig, Ticket};
-use specula_engine::{Error, GenerateOptions, Generation, SamplingParams, Session};
+use specula_engine::service::{EngineHandle, EngineState, Prompt, Request, ServiceConfig};
+use specula_engine::{Error, GenerateOptions, SamplingParams, Session, MAX_ALTERNATIVES};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 pub struct ServerConfig {
     /// The id clients name in `model`.
@@ -52,14 +54,17 @@ pub fn router(engine: EngineHandle, config: ServerConfig) -> Router {
     let state = Arc::new(AppState { engine, config });
     let api = Router::new()
         .route("/v1/models", get(models))
+        .route("/v1/models/{*id}", get(model))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
+        .route("/v1/{*rest}", any(not_found))
         .route("/health", get(health))
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state.clone());
     let app = match ui_dir {
         Some(dir) => api.fallback_service(tower_http::services::ServeDir::new(dir)),
-        None => api,
+        None => api.fallback(not_found),
     };
     // Every route, the UI's files included: a rebinding page must not even load the UI.
     app.layer(axum::middleware::from_fn_with_state(state, check_host))
@@ -92,6 +97,7 @@ pub async fn serve(
 
 // ----- errors in OpenAI's shape -----
 
+#[derive(Debug)]
 pub struct ApiError {
     status: StatusCode,
     kind: &'static str,
@@ -114,8 +120,14 @@ impl ApiError {
 impl From<Error> for ApiError {
     fn from(e: Error) -> Self {
         match e {
-            Error::ContextOverflow { .. } => {
-                let mut err = Self::bad_request("context_length_exceeded", e.to_string());
+            Error::ContextOverflow { prompt_tokens, context, reserve } => {
+                // OpenAI's wording: litellm and LangChain recognise a context-window error by it.
+                let message = format!(
+                    "This model's maximum context length is {context} tokens. However, your messages \
+                     resulted in {prompt_tokens} tokens (with room for {reserve} generated). Please \
+                     reduce the length of the messages."
+                );
+                let mut err = Self::bad_request("context_length_exceeded", message);
                 err.param = Some("messages");
                 err
             }
@@ -138,12 +150,17 @@ impl From<Error> for ApiError {
     }
 }
 
+impl ApiError {
+    /// The error in OpenAI's body shape (also sent as the last event of a broken stream).
+    fn body(&self) -> serde_json::Value {
+        let error = ErrorDetail { message: self.message.clone(), kind: self.kind, param: self.param, code: self.code };
+        serde_json::to_value(ErrorBody { error }).unwrap_or_default()
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = ErrorBody {
-            error: ErrorDetail { message: self.message, kind: self.kind, param: self.param, code: self.code },
-        };
-        let mut response = (self.status, Json(body)).into_response();
+        let mut response = (self.status, Json(self.body())).into_response();
         if let Some(seconds) = self.retry_after {
             response.headers_mut().insert(header::RETRY_AFTER, seconds.into());
         }
@@ -209,17 +226,33 @@ async fn health(State(state): State<Shared>, headers: HeaderMap) -> Response {
     (status, Json(body)).into_response()
 }
 
+fn model_card(state: &AppState) -> ModelCard {
+    ModelCard { id: state.config.model_id.clone(), object: "model", created: reply::now(), owned_by: "specula" }
+}
+
 async fn models(State(state): State<Shared>, headers: HeaderMap) -> Result<Json<ModelList>, ApiError> {
     authorize(&state, &headers)?;
-    Ok(Json(ModelList {
-        object: "list",
-        data: vec![ModelCard {
-            id: state.config.model_id.clone(),
-            object: "model",
-            created: now(),
-            owned_by: "specula",
-        }],
-    }))
+    Ok(Json(ModelList { object: "list", data: vec![model_card(&state)] }))
+}
+
+async fn model(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<ModelCard>, ApiError> {
+    authorize(&state, &headers)?;
+    check_model(&state, &id)?;
+    Ok(Json(model_card(&state)))
+}
+
+/// Unknown API routes answer in OpenAI's error shape, so clients raise a readable error.
+async fn not_found(method: Method, uri: Uri) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "invalid_request_error", "not_found", format!("Unknown route: {method} {uri}"))
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    let message = format!("{method} is not allowed on {}", uri.path());
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "invalid_request_error", "method_not_allowed", message)
 }
 
 async fn chat_completions(
@@ -230,8 +263,8 @@ async fn chat_completions(
     authorize(&state, &headers)?;
     let request = parse(body)?;
     check_model(&state, &request.model)?;
-    let job = job(&state, Prompt::Chat(request.messages), request.sampling, request.speculative)?;
-    run(state, job, request.stream, Kind::Chat, request.model).await
+    let call = chat_call(&state, request)?;
+    reply::answer(state.engine.clone(), call).await
 }
 
 async fn completions(
@@ -242,23 +275,95 @@ async fn completions(
     authorize(&state, &headers)?;
     let request = parse(body)?;
     check_model(&state, &request.model)?;
-    let job = job(&state, Prompt::Text(request.prompt), request.sampling, request.speculative)?;
-    run(state, job, request.stream, Kind::Text, request.model).await
+    let call = completion_call(&state, request)?;
+    reply::answer(state.engine.clone(), call).await
 }
 
-#[derive(Clone, Copy)]
-enum Kind {
+/// The most choices one request may ask for (`n`).
+pub const MAX_CHOICES: usize = 8;
+
+fn chat_call(state: &AppState, request: ChatRequest) -> Result<reply::Call, ApiError> {
+    if request.messages.is_empty() {
+        return Err(invalid_param("messages", "`messages` is empty: a chat needs at least one message"));
+    }
+    let messages = request
+        .messages
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| m.into_message(i))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|why| invalid_param("messages", why))?;
+    if let Some(format) = &request.response_format {
+        if format.kind != "text" {
+            let why = format!(
+                "response_format `{}` is not supported yet: this server cannot enforce a JSON grammar, \
+                 and a reply that merely looks like JSON would break your parser",
+                format.kind
+            );
+            return Err(invalid_param("response_format", why));
+        }
+    }
+    let tools =
+        tools::Offer::of(request.tools, request.tool_choice).map_err(|why| invalid_param("tool_choice", why))?;
+    let logprobs = match (request.logprobs, request.top_logprobs) {
+        (_, Some(n)) if n > MAX_ALTERNATIVES => {
+            return Err(invalid_param("top_logprobs", format!("top_logprobs is {n}: at most {MAX_ALTERNATIVES}")))
+        }
+        (true, top) => Some(top.unwrap_or(0)),
+        (false, _) => None,
+    };
+    let stream = request.stream;
+    let include_usage = request.stream_options.is_some_and(|o| o.include_usage);
+    let mut base = base_request(state, Prompt::Chat(messages), request.sampling, request.speculative, logprobs)?;
+    base.request.tools = tools.rendered();
+    let model = request.model;
+    Ok(reply::Call { kind: Kind::Chat, model, base, prompts: Vec::new(), stream, include_usage, logprobs, tools })
+}
+
+fn completion_call(state: &AppState, request: CompletionRequest) -> Result<reply::Call, ApiError> {
+    if request.echo {
+        return Err(invalid_param("echo", "echo is not supported: the reply holds the completion only"));
+    }
+    if request.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
+        return Err(invalid_param("suffix", "suffix is not supported: these models complete text left to right"));
+    }
+    if let Some(n) = request.logprobs.filter(|&n| n > MAX_ALTERNATIVES) {
+        return Err(invalid_param("logprobs", format!("logprobs is {n}: at most {MAX_ALTERNATIVES}")));
+    }
+    let mut prompts = request.prompt.into_prompts();
+    if prompts.is_empty() {
+        return Err(invalid_param("prompt", "`prompt` is an empty list"));
+    }
+    let first = prompts.remove(0);
+    let stream = request.stream;
+    let include_usage = request.stream_options.is_some_and(|o| o.include_usage);
+    let base = base_request(state, first, request.sampling, request.speculative, request.logprobs)?;
+    let model = request.model;
+    let tools = tools::Offer::none();
+    Ok(reply::Call { kind: Kind::Text, model, base, prompts, stream, include_usage, logprobs: request.logprobs, tools })
+}
+
+fn invalid_param(param: &'static str, message: impl Into<String>) -> ApiError {
+    let mut err = ApiError::bad_request("invalid_request_error", message);
+    err.param = Some(param);
+    err
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
     Chat,
     Text,
 }
 
-/// The service request for an API call: every option it carries, as values.
-fn job(
+/// The service request for an API call: every option it carries, as values. A request without
+/// a seed gets a fresh one (per choice), as OpenAI's do; it is reported so it can be replayed.
+fn base_request(
     state: &AppState,
     prompt: Prompt,
     fields: SamplingFields,
     spec: Option<SpeculativeOverride>,
-) -> Result<Request, ApiError> {
+    logprobs: Option<usize>,
+) -> Result<reply::Base, ApiError> {
     let defaults = SamplingParams::default();
     let spec = spec.unwrap_or_default();
     let sampling = SamplingParams {
@@ -266,153 +371,24 @@ fn job(
         temperature: fields.temperature.unwrap_or(defaults.temperature),
         top_p: fields.top_p.unwrap_or(defaults.top_p),
         top_k: fields.top_k.unwrap_or(defaults.top_k),
-        seed: fields.seed.unwrap_or(defaults.seed),
+        seed: fields.seed.unwrap_or(0),
         ..defaults
     };
     sampling.validate().map_err(ApiError::from)?;
+    let n = fields.n.unwrap_or(1);
+    if !(1..=MAX_CHOICES).contains(&n) {
+        return Err(invalid_param("n", format!("n is {n}: from 1 to {MAX_CHOICES}")));
+    }
     let options = GenerateOptions {
         max_tokens: fields.max_completion_tokens.or(fields.max_tokens).unwrap_or(512),
         sampling,
         stop: fields.stop.map(Stop::into_vec).unwrap_or_default(),
+        alternatives: logprobs.unwrap_or(0),
     };
+    options.validate().map_err(ApiError::from)?;
     let mut request = Request::new(prompt, options);
     request.k = spec.k;
     request.drafter = spec.drafter;
     request.deadline = Some(Instant::now() + state.config.request_timeout);
-    Ok(request)
-}
-
-fn engine_stopped() -> ApiError {
-    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "internal_error", "the engine stopped")
-}
-
-async fn run(state: Shared, request: Request, stream: bool, kind: Kind, model: String) -> Result<Response, ApiError> {
-    let ticket = state.engine.submit(request)?;
-    let id = format!("{}-{}", if matches!(kind, Kind::Chat) { "chatcmpl" } else { "cmpl" }, now_nanos());
-    // Wait for the reply to start: a prompt too long for the context is a 400, not a stream.
-    loop {
-        match ticket.recv_async().await.ok_or_else(engine_stopped)? {
-            Event::Started { .. } => break,
-            Event::Failed(e) => return Err(e.into()),
-            // Cancelled before it started (its deadline passed in the queue).
-            Event::Done(generation) => return Ok(Json(full_response(&generation, &id, &model, kind)).into_response()),
-            Event::Prefill { .. } | Event::Token(_) | Event::Step(_) => {}
-        }
-    }
-    if stream {
-        return Ok(stream_response(ticket, id, model, kind).into_response());
-    }
-    loop {
-        match ticket.recv_async().await.ok_or_else(engine_stopped)? {
-            Event::Done(generation) => return Ok(Json(full_response(&generation, &id, &model, kind)).into_response()),
-            Event::Failed(e) => return Err(e.into()),
-            _ => continue,
-        }
-    }
-}
-
-fn full_response(g: &Generation, id: &str, model: &str, kind: Kind) -> serde_json::Value {
-    let extension = Extension { tokens: g.tokens.clone(), step: None, stats: Some(g.stats.clone()) };
-    let choice = match kind {
-        Kind::Chat => serde_json::json!({
-            "index": 0,
-            "message": { "role": "assistant", "content": g.text },
-            "finish_reason": finish_reason(g),
-        }),
-        Kind::Text => {
-            serde_json::json!({ "index": 0, "text": g.text, "finish_reason": finish_reason(g) })
-        }
-    };
-    serde_json::json!({
-        "id": id,
-        "object": if matches!(kind, Kind::Chat) { "chat.completion" } else { "text_completion" },
-        "created": now(),
-        "model": model,
-        "choices": [choice],
-        "usage": Usage::of(&g.stats),
-        "specula": extension,
-    })
-}
-
-fn chunk(
-    id: &str,
-    model: &str,
-    kind: Kind,
-    text: &str,
-    first: bool,
-    finish: Option<&str>,
-    extension: Extension,
-) -> serde_json::Value {
-    let choice = match kind {
-        Kind::Chat => {
-            let mut delta = serde_json::json!({});
-            if first {
-                delta["role"] = "assistant".into();
-            }
-            if !text.is_empty() || finish.is_none() {
-                delta["content"] = text.into();
-            }
-            serde_json::json!({ "index": 0, "delta": delta, "finish_reason": finish })
-        }
-        Kind::Text => serde_json::json!({ "index": 0, "text": text, "finish_reason": finish }),
-    };
-    serde_json::json!({
-        "id": id,
-        "object": if matches!(kind, Kind::Chat) { "chat.completion.chunk" } else { "text_completion" },
-        "created": now(),
-        "model": model,
-        "choices": [choice],
-        "specula": extension,
-    })
-}
-
-/// SSE chunks: one per token with its provenance, then the finish with the stats, then
-/// `[DONE]`. Dropping the stream (client gone) drops the ticket, which stops the engine.
-fn stream_response(
-    ticket: Ticket,
-    id: String,
-    model: String,
-    kind: Kind,
-) -> Sse<impl futures_util::Stream<Item = Result<SseEvent, std::convert::Infallible>>> {
-    let events = async_stream::stream! {
-        let mut first = true;
-        while let Some(event) = ticket.recv_async().await {
-            match event {
-                Event::Token(token) => {
-                    let text = token.text.clone();
-                    let ext = Extension { tokens: vec![token], ..Default::default() };
-                    yield Ok(SseEvent::default().data(chunk(&id, &model, kind, &text, first, None, ext).to_string()));
-                    first = false;
-                }
-                Event::Step(step) => {
-                    let ext = Extension { step: Some(step), ..Default::default() };
-                    yield Ok(SseEvent::default().data(chunk(&id, &model, kind, "", first, None, ext).to_string()));
-                    first = false;
-                }
-                Event::Done(g) => {
-                    let ext = Extension { stats: Some(g.stats.clone()), ..Default::default() };
-                    let mut last = chunk(&id, &model, kind, "", first, Some(finish_reason(&g)), ext);
-                    last["usage"] = serde_json::to_value(Usage::of(&g.stats)).unwrap_or_default();
-                    yield Ok(SseEvent::default().data(last.to_string()));
-                    break;
-                }
-                Event::Failed(e) => {
-                    let body = serde_json::json!({ "error": { "message": e.to_string(), "type": "server_error", "code": e.code() } });
-                    yield Ok(SseEvent::default().data(body.to_string()));
-                    break;
-                }
-                Event::Started { .. } | Event::Prefill { .. } => {}
-            }
-        }
-        yield Ok(SseEvent::default().data("[DONE]"));
-    };
-    Sse::new(events).keep_alive(KeepAlive::default())
-}
-
-fn now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
-
-fn now_nanos() -> u128 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+    Ok(reply::Base { request, seed: fields.seed, n })
 }

@@ -152,7 +152,7 @@ fn chat_markers_in_a_message_stay_text() {
     let prompt_tokens = usage["usage"]["prompt_tokens"].as_u64().unwrap() as usize;
     // The engine's own prompt for the message: its markers are the template's only.
     let model = specula_engine::LoadedModel::load(&server.model, &candle_core::Device::Cpu, 256).unwrap();
-    let ids = model.chat_prompt(&[Message::user(forged)]).unwrap();
+    let ids = model.chat_prompt(&[Message::user(forged)], &[]).unwrap();
     assert_eq!(prompt_tokens, ids.len());
     let specials = ids.iter().filter(|&&id| model.tokenizer.is_special(id)).count();
     // <|im_start|>user ... <|im_end|> <|im_start|>assistant: the template's, none from the message.

@@ -214,6 +214,7 @@ impl Store {
                 source: parse_source(&source),
                 p: r.get::<_, Option<f64>>(3)?.map(|v| v as f32),
                 q: r.get::<_, Option<f64>>(4)?.map(|v| v as f32),
+                alternatives: Vec::new(),
             })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)
@@ -375,7 +376,7 @@ mod tests {
     use super::*;
 
     fn token(text: &str, source: Source, p: Option<f32>, q: Option<f32>) -> TokenEvent {
-        TokenEvent { id: 7, text: text.into(), source, p, q }
+        TokenEvent { id: 7, text: text.into(), source, p, q, alternatives: Vec::new() }
     }
 
     #[test]

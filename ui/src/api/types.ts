@@ -91,7 +91,8 @@ export interface Settings {
   temperature: number;
   top_p: number;
   top_k: number;
-  seed: number;
+  /** A pinned seed; null draws a new one for each reply (shown with the reply). */
+  seed: number | null;
   max_tokens: number;
   context: number;
   device: string;
@@ -106,7 +107,7 @@ export const DEFAULT_SETTINGS: Settings = {
   temperature: 0.8,
   top_p: 0.95,
   top_k: 40,
-  seed: 42,
+  seed: null,
   max_tokens: 512,
   context: 4096,
   device: 'auto',

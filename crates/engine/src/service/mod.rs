@@ -78,11 +78,14 @@ pub struct Request {
     /// Run only on these models: when the load asked for just before failed, the reply fails
     /// with that load's error instead of running on the models it meant to replace.
     pub models: Option<LoadSpec>,
+    /// Function definitions (OpenAI's `tools` entries) the chat template renders into a chat
+    /// prompt; ignored for other prompts.
+    pub tools: Vec<serde_json::Value>,
 }
 
 impl Request {
     pub fn new(prompt: Prompt, options: GenerateOptions) -> Self {
-        Self { prompt, options, drafter: None, k: None, deadline: None, models: None }
+        Self { prompt, options, drafter: None, k: None, deadline: None, models: None, tools: Vec::new() }
     }
 }
 

@@ -150,13 +150,13 @@ pub fn generate_speculative(
 
         // 4. commit
         for (draft, p_i) in drafts.iter().zip(&p).take(outcome.accepted) {
-            if !reply.commit(draft.token, Source::Accepted, Some(p_i[draft.token as usize]), Some(draft.prob()))? {
+            if !reply.commit(draft.token, Source::Accepted, p_i, Some(draft.prob()))? {
                 break;
             }
         }
         let source = if drafts.is_empty() { Source::Target } else { outcome.next_source };
         let q_next = drafts.get(outcome.accepted).map(|d| d.q(outcome.next));
-        reply.commit(outcome.next, source, Some(p[outcome.accepted][outcome.next as usize]), q_next)?;
+        reply.commit(outcome.next, source, &p[outcome.accepted], q_next)?;
 
         // 5. rollback: both caches keep only committed tokens (the newest is fed next step).
         let n_past = reply.context.len() - 1;

@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Specula beside llama.cpp, in one run on this machine, alternating the two programs:
+
+1. llama-bench against `specula speed` on the target and the draft: prompt processing of 512
+   tokens (pp512) and generation of 128 (tg128), on an empty cache and at a depth of 1,500;
+2. on the bench prompts (code, prose, edit; --limit per kind), greedy, 128 tokens: plain
+   decoding (llama-completion vs `specula generate --drafter none`) and speculative decoding
+   (llama-speculative-simple vs `specula generate --k auto`, and lookup for the edit set).
+
+Both read the same GGUF files, use 2 threads, and see the same prompt tokens (the ChatML text
+is given raw to both). Writes bench/vs-llama.json (the CPU and its flags included) and prints
+the table with the ratios. llama.cpp is built by scripts/llama-cpp.sh (about 10 minutes once).
+
+    scripts/bench-vs-llama.py [--limit 5] [--rounds 3] [--out bench/vs-llama.json]
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = Path(os.environ.get("SPECULA_MODELS_DIR", Path.home() / ".cache/specula/models"))
+TARGET = MODELS / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+DRAFT = MODELS / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+THREADS = "2"
+
+
+def run(cmd, **kw):
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, check=True, **kw)
+
+
+def cpu():
+    info = Path("/proc/cpuinfo").read_text()
+    model = re.search(r"model name\s*:\s*(.*)", info)
+    flags = re.search(r"flags\s*:\s*(.*)", info)
+    wanted = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni", "avx512_bf16")
+    have = [f for f in (flags.group(1).split() if flags else []) if f in wanted]
+    return {"model": model.group(1).strip() if model else "?", "flags": have, "cores": os.cpu_count()}
+
+
+def llama_bench(bin_dir, model, depth):
+    out = run([bin_dir / "llama-bench", "-m", model, "-p", "512", "-n", "128", "-d", str(depth),
+               "-t", THREADS, "-r", "3", "-o", "json"]).stdout
+    return {("pp512" if r["n_prompt"] else "tg128"): r["avg_ts"] for r in json.loads(out)}
+
+
+def specula_speed(specula, model, depth):
+    out = ROOT / "target" / "speed.json"
+    run([specula, "speed", "--model", model, "--pp", "512", "--tg", "128", "--depth", str(depth),
+         "--repeat", "3", "--json", out])
+    return {r["test"].split(" ")[0]: r["tokens_per_second"] for r in json.loads(out.read_text())["results"]}
+
+
+def chatml(user):
+    system = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+    return f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def llama_plain(bin_dir, prompt, tokens):
+    err = run([bin_dir / "llama-completion", "-m", TARGET, "-p", prompt, "-n", str(tokens), "--temp", "0",
+               "-t", THREADS, "-no-cnv", "--no-display-prompt"], timeout=600).stderr
+    m = re.search(r"eval time =\s*[\d.]+ ms /\s*(\d+) runs\s*\(\s*[\d.]+ ms per token,\s*([\d.]+) tokens per second", err)
+    return float(m.group(2)) if m else None
+
+
+def llama_speculative(bin_dir, prompt, tokens):
+    err = run([bin_dir / "llama-speculative-simple", "-m", TARGET, "-md", DRAFT, "-p", prompt, "-n", str(tokens),
+               "--temp", "0", "-t", THREADS, "--draft-max", "16", "--draft-min", "0"], timeout=600).stderr
+    m = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s", err)
+    accept = re.search(r"accept\s+=\s+([\d.]+)%", err)
+    return (float(m.group(3)) if m else None), (float(accept.group(1)) / 100 if accept else None)
+
+
+def specula_generate(specula, prompt_file, tokens, *extra):
+    out = run([specula, "generate", "--model", TARGET, "--draft", DRAFT, "--raw", "--prompt-file", prompt_file,
+               "--mode", "greedy", "--max-tokens", str(tokens), "--device", "cpu", "--json", *extra], timeout=600).stdout
+    g = json.loads(out)
+    spec = g["stats"].get("speculative") or {}
+    return g["stats"]["tokens_per_second"], [t["id"] for t in g["tokens"]], spec.get("acceptance_rate")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--limit", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--out", default=str(ROOT / "bench" / "vs-llama.json"))
+    args = ap.parse_args()
+
+    bin_dir = Path(run([ROOT / "scripts" / "llama-cpp.sh"]).stdout.strip())
+    run(["cargo", "build", "--quiet", "--release", "-p", "specula-cli"], cwd=ROOT)
+    specula = ROOT / "target" / "release" / "specula"
+    report = {"cpu": cpu(), "date": time.strftime("%Y-%m-%d %H:%M"), "threads": int(THREADS), "speed": [], "prompts": []}
+
+    # 1. llama-bench vs specula speed, alternating which goes first each round.
+    for model, name in [(TARGET, "target"), (DRAFT, "draft")]:
+        for depth in (0, 1500):
+            ours, theirs = [], []
+            for r in range(args.rounds):
+                order = [("specula", specula_speed, specula), ("llama.cpp", llama_bench, bin_dir)]
+                for who, fn, arg in (order if r % 2 == 0 else order[::-1]):
+                    (ours if who == "specula" else theirs).append(fn(arg, model, depth))
+            row = {"model": name, "depth": depth}
+            for test in ("pp512", "tg128"):
+                row[test] = {"specula": statistics.median(o[test] for o in ours),
+                             "llama.cpp": statistics.median(t[test] for t in theirs)}
+                row[test]["ratio"] = row[test]["specula"] / row[test]["llama.cpp"]
+            report["speed"].append(row)
+            print(f"{name} depth {depth}: " + ", ".join(f"{t} {row[t]['specula']:.1f} vs {row[t]['llama.cpp']:.1f} "
+                  f"({row[t]['ratio']:.2f}x)" for t in ("pp512", "tg128")), flush=True)
+
+    # 2. The bench prompts, plain and speculative, each program in turn.
+    prompts = json.loads((ROOT / "crates/cli/prompts/bench.json").read_text())
+    taken = {}
+    for i, p in enumerate(prompts):
+        taken[p["kind"]] = taken.get(p["kind"], 0) + 1
+        if taken[p["kind"]] > args.limit:
+            continue
+        text = chatml(p["prompt"])
+        prompt_file = ROOT / "target" / "bench-prompt.txt"
+        prompt_file.write_text(text)
+        row = {"kind": p["kind"], "prompt": p["prompt"][:60]}
+        plain_tps, plain_ids, _ = specula_generate(specula, prompt_file, args.tokens, "--drafter", "none")
+        row["llama_plain"] = llama_plain(bin_dir, text, args.tokens)
+        spec_tps, spec_ids, accept = specula_generate(specula, prompt_file, args.tokens, "--k", "auto")
+        row["llama_speculative"], row["llama_accept"] = llama_speculative(bin_dir, text, args.tokens)
+        row.update(specula_plain=plain_tps, specula_auto=spec_tps, specula_accept=accept, identical=plain_ids == spec_ids)
+        if p["kind"] == "edit":
+            lookup_tps, lookup_ids, _ = specula_generate(specula, prompt_file, args.tokens, "--drafter", "lookup", "--k", "auto")
+            row.update(specula_lookup=lookup_tps, lookup_identical=plain_ids == lookup_ids)
+        report["prompts"].append(row)
+        print(json.dumps(row), flush=True)
+
+    summary = {}
+    for kind in sorted({r["kind"] for r in report["prompts"]}):
+        rows = [r for r in report["prompts"] if r["kind"] == kind]
+        med = lambda key: statistics.median(r[key] for r in rows if r.get(key)) if any(r.get(key) for r in rows) else None
+        s = {key: med(key) for key in ("specula_plain", "specula_auto", "specula_lookup", "llama_plain", "llama_speculative")}
+        s["auto_vs_plain"] = s["specula_auto"] / s["specula_plain"]
+        if s["specula_lookup"]:
+            s["lookup_vs_plain"] = s["specula_lookup"] / s["specula_plain"]
+        if s["llama_speculative"]:
+            s["auto_vs_llama_speculative"] = s["specula_auto"] / s["llama_speculative"]
+        s["identical"] = f"{sum(r['identical'] for r in rows)}/{len(rows)}"
+        summary[kind] = s
+    report["summary"] = summary
+    Path(args.out).write_text(json.dumps(report, indent=2))
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
