@@ -181,6 +181,6 @@ mod tests {
             "temperature":0.7,"top_p":0.9,"top_k":40,"seed":1,"max_tokens":64,"context":2048,"device":"cpu"}"#;
         let s: AppSettings = serde_json::from_str(json).unwrap();
         assert_eq!(s.drafter, DrafterKind::None);
-        assert_eq!(s.label(), "plain · sample");
+        assert_eq!(s.label(), "plain · sample · seed 1");
     }
 }
