@@ -6,7 +6,7 @@
 //! `error:` line.
 
 use candle_core::quantized::gguf_file::Value;
-use specula_engine::synth::{self, clone_value, ggml_type_id};
+use specula_engine::synth::{self, clone_value, ggml_type_id, put_string, put_value, value_type};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -130,51 +130,6 @@ impl RawTensor {
             type_id: self.type_id,
             offset: self.offset,
             data: Vec::new(),
-        }
-    }
-}
-
-fn put_string(out: &mut Vec<u8>, s: &str) {
-    out.extend((s.len() as u64).to_le_bytes());
-    out.extend(s.as_bytes());
-}
-
-fn value_type(value: &Value) -> u32 {
-    match value {
-        Value::U8(_) => 0,
-        Value::I8(_) => 1,
-        Value::U16(_) => 2,
-        Value::I16(_) => 3,
-        Value::U32(_) => 4,
-        Value::I32(_) => 5,
-        Value::F32(_) => 6,
-        Value::Bool(_) => 7,
-        Value::String(_) => 8,
-        Value::Array(_) => 9,
-        Value::U64(_) => 10,
-        Value::I64(_) => 11,
-        Value::F64(_) => 12,
-    }
-}
-
-fn put_value(out: &mut Vec<u8>, value: &Value) {
-    match value {
-        Value::U8(v) => out.push(*v),
-        Value::I8(v) => out.push(*v as u8),
-        Value::U16(v) => out.extend(v.to_le_bytes()),
-        Value::I16(v) => out.extend(v.to_le_bytes()),
-        Value::U32(v) => out.extend(v.to_le_bytes()),
-        Value::I32(v) => out.extend(v.to_le_bytes()),
-        Value::F32(v) => out.extend(v.to_le_bytes()),
-        Value::Bool(v) => out.push(u8::from(*v)),
-        Value::String(s) => put_string(out, s),
-        Value::U64(v) => out.extend(v.to_le_bytes()),
-        Value::I64(v) => out.extend(v.to_le_bytes()),
-        Value::F64(v) => out.extend(v.to_le_bytes()),
-        Value::Array(items) => {
-            out.extend(items.first().map_or(4, value_type).to_le_bytes());
-            out.extend((items.len() as u64).to_le_bytes());
-            items.iter().for_each(|item| put_value(out, item));
         }
     }
 }

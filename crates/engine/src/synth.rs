@@ -343,13 +343,15 @@ impl SplitMix {
     }
 }
 
-fn put_string(out: &mut Vec<u8>, s: &str) {
+/// A GGUF string: its length as a u64, then its bytes. (Public, with [`value_type`] and
+/// [`put_value`], for tests that write malformed files.)
+pub fn put_string(out: &mut Vec<u8>, s: &str) {
     out.extend((s.len() as u64).to_le_bytes());
     out.extend(s.as_bytes());
 }
 
 /// GGUF's value type ids.
-fn value_type(value: &Value) -> u32 {
+pub fn value_type(value: &Value) -> u32 {
     match value {
         Value::U8(_) => 0,
         Value::I8(_) => 1,
@@ -367,7 +369,8 @@ fn value_type(value: &Value) -> u32 {
     }
 }
 
-fn put_value(out: &mut Vec<u8>, value: &Value) {
+/// A metadata value's bytes (its type id is written apart, by [`value_type`]).
+pub fn put_value(out: &mut Vec<u8>, value: &Value) {
     match value {
         Value::U8(v) => out.push(*v),
         Value::I8(v) => out.push(*v as u8),
