@@ -42,6 +42,13 @@ struct Measurement {
     runs: Vec<f64>,
 }
 
+impl Measurement {
+    /// The figures of `runs` (tokens per second each), summarised by their median.
+    fn new(test: String, depth: usize, tokens: usize, runs: Vec<f64>) -> Self {
+        Self { test, depth, tokens, tokens_per_second: median(&runs), runs }
+    }
+}
+
 #[derive(Serialize)]
 struct Report {
     model: String,
@@ -55,7 +62,8 @@ fn tokens(n: usize, vocab: usize) -> Vec<u32> {
     (0..n).map(|i| (1000 + (i * 7919) % (vocab - 1000).max(1)) as u32).collect()
 }
 
-fn median(mut values: Vec<f64>) -> f64 {
+fn median(values: &[f64]) -> f64 {
+    let mut values = values.to_vec();
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
 }
@@ -102,24 +110,12 @@ pub fn speed(args: SpeedArgs) -> Result<(), String> {
             let runs = (0..repeat)
                 .map(|_| prompt_processing(&mut loaded.model, &context, &pp))
                 .collect::<Result<Vec<_>, _>>()?;
-            results.push(Measurement {
-                test: format!("pp{}{suffix}", args.pp),
-                depth,
-                tokens: args.pp,
-                tokens_per_second: median(runs.clone()),
-                runs,
-            });
+            results.push(Measurement::new(format!("pp{}{suffix}", args.pp), depth, args.pp, runs));
         }
         if args.tg > 0 {
             let runs =
                 (0..repeat).map(|_| generation(&mut loaded.model, &context, args.tg)).collect::<Result<Vec<_>, _>>()?;
-            results.push(Measurement {
-                test: format!("tg{}{suffix}", args.tg),
-                depth,
-                tokens: args.tg,
-                tokens_per_second: median(runs.clone()),
-                runs,
-            });
+            results.push(Measurement::new(format!("tg{}{suffix}", args.tg), depth, args.tg, runs));
         }
     }
     let report = Report {
