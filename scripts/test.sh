@@ -4,7 +4,8 @@
 # kernels nvcc compiles here without a GPU), the Rust unit and
 # integration tests, the server's tests with the official OpenAI clients (Node.js and Python), the web
 # UI's unit tests (vitest), its chat flow in headless chromium against `specula serve --ui`,
-# and the desktop app in its real webview (tauri-driver + WebKitWebDriver under Xvfb).
+# the desktop app in its real webview (tauri-driver + WebKitWebDriver under Xvfb), and the .deb
+# installed into this machine with its app driven through a first run.
 # Screenshots land in ui/e2e/artifacts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +18,8 @@ scripts/fetch-models.sh all
 (cd ui && npm ci --no-audit --no-fund && npm run build && npm test)
 
 cargo fmt --all -- --check
+# BENCHMARKS.md and the README's summary must be what bench/*.json say.
+python3 scripts/benchmarks.py --check
 cargo clippy --workspace --all-targets -- -D warnings
 # The CUDA build compiles here, with no GPU: nvcc from NVIDIA's PyPI wheels compiles candle's
 # kernels (for Hopper, the GPU of the GPU check; two at a time), and clippy checks the engine's
@@ -76,3 +79,20 @@ contained browser-e2e 600 env -C ui SPECULA_BIN="$target_dir/debug/specula" npm 
 contained app-e2e 900 env -C ui SPECULA_APP="$target_dir/debug/specula-app" \
   TAURI_DRIVER="$HOME/.cache/specula/tools/bin/tauri-driver" \
   xvfb-run -a node --test e2e/app.test.mjs e2e/app-memory.test.mjs
+
+# The .deb, packaged from the same debug build (no rebuild), installed into this machine, its
+# installed app driven through a first run (no models: the Library downloads the recommended
+# pair from a stand-in Hub, then a reply with its colours and the speed panel), then removed.
+deb=$(scripts/package-deb.sh --debug)
+dpkg-deb -c "$deb"
+sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$deb" >/dev/null
+installed=0
+for path in /usr/bin/specula-app /usr/bin/specula /usr/share/applications/Specula.desktop; do
+  [ -e "$path" ] || { echo "the package did not install $path" >&2; installed=1; }
+done
+[ "$installed" -eq 0 ] && /usr/bin/specula --version && contained installed-app 600 env -C ui \
+  SPECULA_APP=/usr/bin/specula-app TAURI_DRIVER="$HOME/.cache/specula/tools/bin/tauri-driver" \
+  xvfb-run -a node --test e2e/app-first-run.test.mjs || installed=1
+DEBIAN_FRONTEND=noninteractive $sudo apt-get remove -y -qq specula >/dev/null
+[ "$installed" -eq 0 ]

@@ -19,6 +19,7 @@ fn main() {
         "cancel_reply",
         "open_link",
         "catalogue",
+        "recommended_pair",
         "pull_model",
         "cancel_pull",
         "diagnose",

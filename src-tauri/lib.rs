@@ -32,13 +32,16 @@ fn setup(app: &mut tauri::App) -> Result<(), Box<dyn std::error::Error>> {
     let path = data_dir(app)?.join("specula.db");
     tracing::info!("chat history: {}", path.display());
     let store = Arc::new(Mutex::new(Store::open(&path)?));
-    let settings: settings::AppSettings =
-        store.lock().map_err(|_| "history lock")?.setting("settings")?.unwrap_or_default();
+    let saved: Option<settings::AppSettings> = store.lock().map_err(|_| "history lock")?.setting("settings")?;
     let engine = Engine::spawn();
     // Load the chosen models in the background; replies queue behind the load. A model that
-    // cannot load leaves the app usable, with the reason in the status line.
-    if let Err(e) = engine.apply(&settings) {
-        tracing::warn!("the saved settings name no usable models: {}", e.message);
+    // cannot load leaves the app usable, with the reason in the status line. A first run
+    // whose default models are not there yet loads nothing: the window offers to download them.
+    let first_run = saved.is_none() && !std::path::Path::new(&settings::AppSettings::default().target).exists();
+    if !first_run {
+        if let Err(e) = engine.apply(&saved.unwrap_or_default()) {
+            tracing::warn!("the saved settings name no usable models: {}", e.message);
+        }
     }
     app.manage(AppState { store, engine, pulls: Arc::default() });
     Ok(())
@@ -73,6 +76,7 @@ pub fn run() {
             commands::cancel_reply,
             commands::open_link,
             library::catalogue,
+            library::recommended_pair,
             library::pull_model,
             library::cancel_pull,
             library::diagnose,

@@ -5,7 +5,8 @@
 use crate::error::{CommandResult, ErrorDto};
 use crate::AppState;
 use serde::Serialize;
-use specula_engine::catalogue::CATALOGUE;
+use specula_engine::catalogue::{recommended, CatalogueModel, Family, CATALOGUE};
+use specula_engine::inspect::available_memory;
 use specula_engine::DEFAULT_CONTEXT;
 use specula_hub::{local_models, Hub};
 use std::collections::HashMap;
@@ -36,26 +37,55 @@ pub struct CatalogueEntry {
     path: Option<PathBuf>,
 }
 
+fn entry(hub: &Hub, family: &'static Family, role: &'static str, m: &'static CatalogueModel) -> CatalogueEntry {
+    CatalogueEntry {
+        family: family.name,
+        role,
+        name: m.name,
+        repo: m.repo,
+        file: m.file,
+        file_mb: m.file_mb,
+        memory_mb: m.expected_memory_mb(DEFAULT_CONTEXT),
+        path: hub.cached(m.repo, "main", m.file),
+    }
+}
+
 #[tauri::command]
 pub fn catalogue() -> Vec<CatalogueEntry> {
     let hub = Hub::from_env();
     let mut entries = Vec::new();
     for family in CATALOGUE {
         let roles = family.targets.iter().map(|m| ("target", m)).chain(family.drafts.iter().map(|m| ("draft", m)));
-        for (role, m) in roles {
-            entries.push(CatalogueEntry {
-                family: family.name,
-                role,
-                name: m.name,
-                repo: m.repo,
-                file: m.file,
-                file_mb: m.file_mb,
-                memory_mb: m.expected_memory_mb(DEFAULT_CONTEXT),
-                path: hub.cached(m.repo, "main", m.file),
-            });
-        }
+        entries.extend(roles.map(|(role, m)| entry(&hub, family, role, m)));
     }
     entries
+}
+
+/// The pair a first run offers to download, with why it suits this machine.
+#[derive(Serialize)]
+pub struct RecommendedPair {
+    target: CatalogueEntry,
+    draft: CatalogueEntry,
+    reason: String,
+}
+
+#[tauri::command]
+pub fn recommended_pair() -> Option<RecommendedPair> {
+    let available_mb = available_memory().unwrap_or(8 << 30) >> 20;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let pick = recommended(available_mb, cores, DEFAULT_CONTEXT)?;
+    let hub = Hub::from_env();
+    let reason = format!(
+        "{cores} CPU cores and {:.1} GB free: {} answers at a usable speed here, and {} drafts for it",
+        available_mb as f64 / 1024.0,
+        pick.target.name,
+        pick.draft.name
+    );
+    Some(RecommendedPair {
+        target: entry(&hub, pick.family, "target", pick.target),
+        draft: entry(&hub, pick.family, "draft", pick.draft),
+        reason,
+    })
 }
 
 /// Every .gguf in the Hugging Face cache, for the settings' model lists.

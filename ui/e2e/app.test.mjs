@@ -12,6 +12,7 @@ import { homedir, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startDriver, WebDriver } from './webdriver.mjs';
+import { appSession } from './app-session.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const REAL_MODELS = process.env.SPECULA_MODELS_DIR ?? join(homedir(), '.cache/specula/models');
@@ -81,47 +82,7 @@ after(async () => {
   hub.closeAllConnections();
 });
 
-async function setSettings(values) {
-  await wd.click('#settings-button');
-  await wd.waitFor(
-    "return document.querySelector('#settings-dialog').open && document.querySelector('#settings-form [name=draft]').options.length > 2",
-    { what: 'the settings dialog' },
-  );
-  await wd.execute(
-    `const [values] = arguments;
-     for (const [name, value] of Object.entries(values)) {
-       const field = document.querySelector('#settings-form [name="' + name + '"]');
-       field.value = String(value);
-       field.dispatchEvent(new Event('change'));
-     }
-     document.querySelector('#settings-save').click();`,
-    values,
-  );
-  await wd.waitFor("return !document.querySelector('#settings-dialog').open", { timeout: 180_000, what: 'settings to apply' });
-}
-
-let repliesBefore = 0;
-async function ask(text) {
-  repliesBefore = await wd.execute('return Number(document.body.dataset.replies ?? 0)');
-  await wd.execute("const [text] = arguments; document.querySelector('#prompt').value = text;", text);
-  await wd.click('#send');
-}
-
-async function replyEnds() {
-  await wd.waitFor(`return Number(document.body.dataset.replies ?? 0) > ${repliesBefore}`, { timeout: 300_000, what: 'the reply to end' });
-}
-
-const lastReplyText = (selector) =>
-  wd.execute(`const m = [...document.querySelectorAll('#messages .message.assistant')].pop(); return m.querySelector('${selector}')?.textContent ?? '';`);
-const lastReplySources = () =>
-  wd.execute("const m = [...document.querySelectorAll('#messages .message.assistant')].pop(); return [...m.querySelectorAll('.tok')].map((s) => s.dataset.source);");
-const invoke = (command, args = {}) =>
-  wd.executeAsync(
-    `const [command, args, done] = arguments;
-     window.__TAURI_INTERNALS__.invoke(command, args).then((value) => done({ value }), (failure) => done({ failure }));`,
-    command,
-    args,
-  );
+const { setSettings, ask, replyEnds, lastReplyText, lastReplySources, invoke } = appSession(wd);
 
 test('a reply streams with provenance classes and the speedup', async () => {
   // k is fixed: on a CPU where drafting does not pay, auto (the default) probes once and then

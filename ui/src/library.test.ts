@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { CatalogueEntry, Library, PullEvent, PullHandle } from './api/types';
-import { progressText, renderCatalogue } from './library';
+import { progressText, renderCatalogue, renderRecommended } from './library';
 
 describe('download progress', () => {
   it('shows bytes, speed and time left', () => {
@@ -21,6 +21,7 @@ function fakeLibrary() {
   const state = { emit: (_: PullEvent) => {}, cancels: 0, release: () => {} };
   const library: Library = {
     catalogue: async () => [entry],
+    recommended: async () => null,
     diagnose: async () => ({ compatible: true, text: '' }),
     pull: (_repo, _file, onEvent) => {
       state.emit = onEvent;
@@ -86,5 +87,94 @@ describe('the catalogue', () => {
     state.emit({ kind: 'error', code: 'checksum', message: 'sha256 mismatch' });
     expect(row(list).dataset.state).toBe('error');
     expect(row(list).querySelector('.status')!.textContent).toBe('sha256 mismatch');
+  });
+});
+
+/** The recommended pair's box, as index.html has it. */
+function recommendedBox(): HTMLElement {
+  const box = document.createElement('section');
+  box.innerHTML = '<p class="facts"></p><p class="reason"></p><button></button><progress hidden></progress><p class="status"></p>';
+  return box;
+}
+
+const model = (role: 'target' | 'draft', file: string, file_mb: number): CatalogueEntry => ({
+  family: 'Qwen2.5-Coder', role, name: file.replace('.gguf', ''), repo: `Qwen/${file}`, file, file_mb, memory_mb: file_mb * 2,
+});
+
+describe('the recommended pair', () => {
+  const pair = { target: model('target', 'big.gguf', 1066), draft: model('draft', 'small.gguf', 469), reason: '2 CPU cores and 20.0 GB free' };
+
+  it('downloads the target then the draft with one click, and uses both', async () => {
+    const pulled: string[] = [];
+    const used: string[][] = [];
+    const library: Library = {
+      catalogue: async () => [pair.target, pair.draft],
+      recommended: async () => pair,
+      diagnose: async () => ({ compatible: true, text: '' }),
+      pull: async (_repo, file, onEvent) => {
+        pulled.push(file);
+        setTimeout(() => {
+          onEvent({ kind: 'progress', done: 5e6, total: 10e6, bytes_per_second: 1e6, eta_seconds: 5 });
+          onEvent({ kind: 'done', path: `/hf/${file}` });
+        });
+        return { cancel: async () => {} };
+      },
+    };
+    const box = recommendedBox();
+    let ready = () => {};
+    const done = new Promise<void>((r) => (ready = r));
+    await renderRecommended(library, box, async (target, draft) => {
+      used.push([target, draft]);
+      ready();
+    });
+    expect(box.hidden).toBe(false);
+    expect(box.querySelector('.facts')!.textContent).toBe('big answers, small drafts · 1535 MB to download');
+    expect(box.querySelector('button')!.textContent).toBe('Download both and start');
+    box.querySelector('button')!.click();
+    await done;
+    expect(pulled).toEqual(['big.gguf', 'small.gguf']);
+    expect(used).toEqual([['/hf/big.gguf', '/hf/small.gguf']]);
+  });
+
+  it('a failed download says why and the button can try again', async () => {
+    const library: Library = {
+      catalogue: async () => [],
+      recommended: async () => pair,
+      diagnose: async () => ({ compatible: true, text: '' }),
+      pull: async (_repo, _file, onEvent) => {
+        setTimeout(() => onEvent({ kind: 'error', code: 'network', message: 'the Hub could not be reached' }));
+        return { cancel: async () => {} };
+      },
+    };
+    const box = recommendedBox();
+    await renderRecommended(library, box, async () => {
+      throw new Error('must not be used');
+    });
+    box.querySelector('button')!.click();
+    await new Promise((r) => setTimeout(r, 10));
+    expect(box.dataset.state).toBe('error');
+    expect(box.querySelector('.status')!.textContent).toBe('the Hub could not be reached');
+    expect(box.querySelector('button')!.disabled).toBe(false);
+  });
+
+  it('a pair already downloaded is used without a download, and no pair hides the box', async () => {
+    const local = { ...pair, target: { ...pair.target, path: '/m/big.gguf' }, draft: { ...pair.draft, path: '/m/small.gguf' } };
+    const used: string[][] = [];
+    const library: Library = {
+      catalogue: async () => [],
+      recommended: async () => local,
+      diagnose: async () => ({ compatible: true, text: '' }),
+      pull: async () => {
+        throw new Error('no download expected');
+      },
+    };
+    const box = recommendedBox();
+    await renderRecommended(library, box, async (t, d) => void used.push([t, d]));
+    expect(box.querySelector('button')!.textContent).toBe('Use this pair');
+    box.querySelector('button')!.click();
+    await new Promise((r) => setTimeout(r, 10));
+    expect(used).toEqual([['/m/big.gguf', '/m/small.gguf']]);
+    await renderRecommended({ ...library, recommended: async () => null }, box, async () => {});
+    expect(box.hidden).toBe(true);
   });
 });

@@ -1,7 +1,7 @@
 // The library dialog: the catalogue of known-good target/draft pairs with a download button
 // and a live progress line per model, and the compatibility doctor for any two local models.
 
-import type { CatalogueEntry, Library, ModelEntry, PullEvent, PullHandle } from './api/types';
+import type { CatalogueEntry, Library, ModelEntry, PullEvent, PullHandle, RecommendedPair } from './api/types';
 import { toBackendError } from './api/types';
 
 const mb = (bytes: number) => (bytes / 1e6).toFixed(1);
@@ -47,6 +47,96 @@ function startDownload(library: Library, entry: CatalogueEntry, show: (event: Pu
 function cancelDownload(download: Download): void {
   download.cancelled = true;
   void download.handle?.cancel();
+}
+
+/** Download `entry` to the end, through the same download the catalogue's row shows: resolves
+ *  with its path (at once when it is already in the library), rejects with the backend's error. */
+export function pullToEnd(library: Library, entry: CatalogueEntry, onProgress: (event: PullEvent) => void): Promise<string> {
+  if (entry.path) return Promise.resolve(entry.path);
+  return new Promise((resolve, reject) => {
+    startDownload(library, entry, (event) => {
+      if (event.kind === 'progress') onProgress(event);
+      else if (event.kind === 'done') resolve(event.path);
+      else reject(event);
+    });
+  });
+}
+
+/** The first run's offer: the pair recommended for this machine and one button that downloads
+ *  both (the target, then the draft, with progress) and hands their paths to `use`. */
+export async function renderRecommended(
+  library: Library,
+  box: HTMLElement,
+  use: (target: string, draft: string) => Promise<void>,
+): Promise<void> {
+  const pair = await library.recommended();
+  box.hidden = !pair;
+  if (!pair) return;
+  const facts = $in(box, '.facts');
+  const status = $in(box, '.status');
+  const bar = $in<HTMLProgressElement>(box, 'progress');
+  const button = $in<HTMLButtonElement>(box, 'button');
+  const local = Boolean(pair.target.path && pair.draft.path);
+  facts.textContent = pairText(pair, local);
+  $in(box, '.reason').textContent = pair.reason;
+  button.textContent = local ? 'Use this pair' : 'Download both and start';
+  button.disabled = false;
+  bar.hidden = true;
+  status.textContent = '';
+  box.dataset.state = local ? 'local' : 'remote';
+  button.onclick = () => {
+    button.disabled = true;
+    box.dataset.state = 'pulling';
+    bar.hidden = false;
+    void downloadPair(library, pair, bar, status)
+      .then(async ([target, draft]) => {
+        status.textContent = 'loading the models…';
+        await use(target, draft);
+        box.dataset.state = 'ready';
+        status.textContent = 'ready: ask it something';
+        bar.hidden = true;
+      })
+      .catch((e: unknown) => {
+        box.dataset.state = 'error';
+        status.textContent = toBackendError(e).message;
+        button.disabled = false;
+        bar.hidden = true;
+      });
+  };
+}
+
+/** "Qwen2.5-Coder-1.5B-Instruct answers, Qwen2.5-Coder-0.5B-Instruct drafts · 1535 MB to download" */
+export function pairText(pair: RecommendedPair, local: boolean): string {
+  const size = pair.target.file_mb + pair.draft.file_mb;
+  return `${pair.target.name} answers, ${pair.draft.name} drafts · ${local ? 'already downloaded' : `${size} MB to download`}`;
+}
+
+async function downloadPair(
+  library: Library,
+  pair: RecommendedPair,
+  bar: HTMLProgressElement,
+  status: HTMLElement,
+): Promise<[string, string]> {
+  const paths: string[] = [];
+  for (const [i, entry] of [pair.target, pair.draft].entries()) {
+    status.textContent = `${i + 1} of 2: ${entry.name}, starting…`;
+    bar.removeAttribute('value');
+    paths.push(
+      await pullToEnd(library, entry, (event) => {
+        if (event.kind !== 'progress') return;
+        bar.max = event.total;
+        bar.value = event.done;
+        status.textContent = `${i + 1} of 2: ${entry.name}, ${progressText(event)}`;
+      }),
+    );
+  }
+  return [paths[0], paths[1]];
+}
+
+function $in<T extends HTMLElement = HTMLElement>(root: HTMLElement, selector: string): T {
+  const el = root.querySelector<T>(selector);
+  if (!el) throw new Error(`missing ${selector}`);
+  return el;
 }
 
 export async function renderCatalogue(library: Library, list: HTMLElement, onPulled: () => void): Promise<void> {

@@ -5,7 +5,7 @@ import { type Backend, connect } from './api/backend';
 import type { ChatMessage, Conversation, ModelEntry, ReplyEvent, ReplyHandle, Settings, StepEvent } from './api/types';
 import { applyEvent } from './api/events';
 import { DEFAULT_SETTINGS, toBackendError } from './api/types';
-import { fillDoctor, renderCatalogue, runDoctor } from './library';
+import { fillDoctor, renderCatalogue, renderRecommended, runDoctor } from './library';
 import { renderMarkdown } from './render/markdown';
 import { liveFigures, sparkline, summarize } from './render/speed';
 import { renderTokens } from './render/tokens';
@@ -490,21 +490,44 @@ function wire(): void {
   });
 }
 
+/** Opens the library dialog; null in a transport without one (the browser UI of `specula serve`). */
+let openLibrary: (() => Promise<void>) | null = null;
+
 function wireLibrary(): void {
   const library = state.backend.library;
   if (!library) return;
   const dialog = $<HTMLDialogElement>('#library-dialog');
   const [target, draft] = [$<HTMLSelectElement>('#doctor-target'), $<HTMLSelectElement>('#doctor-draft')];
   const refreshDoctor = async () => fillDoctor(await loadModels(state.settings.target), target, draft, state.settings.target);
+  const usePair = async (targetPath: string, draftPath: string) => {
+    const next: Settings = { ...state.settings, target: targetPath, draft: draftPath, drafter: 'model' };
+    const status = await state.backend.applyModels(next);
+    await state.backend.saveSettings(next);
+    state.settings = next;
+    showStatus(status);
+    dialog.close();
+    ui.prompt.focus();
+  };
+  openLibrary = async () => {
+    await Promise.all([
+      renderRecommended(library, $('#recommended'), usePair),
+      renderCatalogue(library, $('#catalogue'), () => void refreshDoctor()),
+      refreshDoctor(),
+    ]);
+    if (!dialog.open) dialog.showModal();
+  };
   $('#library-button').hidden = false;
-  $('#library-button').addEventListener('click', () => {
-    void (async () => {
-      await Promise.all([renderCatalogue(library, $('#catalogue'), () => void refreshDoctor()), refreshDoctor()]);
-      dialog.showModal();
-    })().catch(showNotice);
-  });
+  $('#library-button').addEventListener('click', () => void openLibrary?.().catch(showNotice));
   $('#doctor-run').addEventListener('click', () => void runDoctor(library, target.value, draft.value, $('#doctor-report')));
   $('#library-close').addEventListener('click', () => dialog.close());
+}
+
+/** A first run (no model anywhere the app looks) opens the library on the recommended pair, so
+ *  nobody needs a terminal to get started. */
+async function offerFirstRun(): Promise<void> {
+  if (!openLibrary) return;
+  const models = await loadModels(state.settings.target);
+  if (models.length === 0) await openLibrary();
 }
 
 async function start(): Promise<void> {
@@ -525,6 +548,7 @@ async function start(): Promise<void> {
   if (recent[0]) state.conversation = await backend.conversation(recent[0].id);
   await refreshAll();
   await backend.status().then(showStatus, showNotice);
+  await offerFirstRun().catch(showNotice);
   document.body.dataset.ready = 'true';
 }
 

@@ -208,6 +208,37 @@ pub fn family_like(architecture: &str, vocab_size: usize) -> Option<&'static Fam
     CATALOGUE.iter().find(|f| f.architecture == architecture && f.vocab_size == vocab_size)
 }
 
+/// A target and its draft to download first.
+#[derive(Debug, Clone, Copy)]
+pub struct Recommendation {
+    pub family: &'static Family,
+    pub target: &'static CatalogueModel,
+    pub draft: &'static CatalogueModel,
+}
+
+/// Weight megabytes per core the recommended target may have. Decoding reads every weight once
+/// per token, so a CPU's decode rate falls with the file's size over its cores; this bound
+/// gives the 1.5B pair to 2 cores, the 3B to 4 and the 7B to 8, each at a usable rate (the
+/// measured rates are in BENCHMARKS.md).
+const TARGET_MB_PER_CORE: u64 = 600;
+
+/// The pair a new user should download: the first family (the catalogue's order is the order
+/// of preference), its largest target that the CPU decodes at a usable speed and that fits,
+/// with its draft and their KV caches at `context`, in half the free memory (the rest is for
+/// the desktop). Falls back to the smallest target that fits; None when none does.
+pub fn recommended(available_mb: u64, cores: usize, context: usize) -> Option<Recommendation> {
+    let family = &CATALOGUE[0];
+    let draft = &family.drafts[0];
+    let fits =
+        |m: &CatalogueModel| m.expected_memory_mb(context) + draft.expected_memory_mb(context) <= available_mb / 2;
+    let fast_enough = |m: &CatalogueModel| u64::from(m.file_mb) <= TARGET_MB_PER_CORE * cores.max(1) as u64;
+    let by_size_descending = || family.targets.iter();
+    let target = by_size_descending()
+        .find(|m| fits(m) && fast_enough(m))
+        .or_else(|| by_size_descending().rev().find(|m| fits(m)))?;
+    Some(Recommendation { family, target, draft })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,5 +260,28 @@ mod tests {
         let draft = family_of("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf").unwrap().drafts[0];
         // 24 layers x 2 kv heads x 64 x 2 x 4 bytes = 24 KiB per position: 96 MiB at 4096.
         assert_eq!(draft.expected_memory_mb(4096), 469 + 96);
+    }
+
+    #[test]
+    fn the_recommendation_follows_cores_and_free_memory() {
+        let target = |available_mb, cores| recommended(available_mb, cores, 4096).map(|r| r.target.name);
+        assert_eq!(target(24_000, 2), Some("Qwen2.5-Coder-1.5B-Instruct"));
+        assert_eq!(target(24_000, 4), Some("Qwen2.5-Coder-3B-Instruct"));
+        assert_eq!(target(64_000, 16), Some("Qwen2.5-Coder-7B-Instruct"));
+        // Many cores, little memory: the largest that fits.
+        assert_eq!(target(7_000, 16), Some("Qwen2.5-Coder-3B-Instruct"));
+        // One core still gets the smallest pair rather than nothing.
+        assert_eq!(target(24_000, 1), Some("Qwen2.5-Coder-1.5B-Instruct"));
+        assert_eq!(target(2_000, 8), None);
+        let pair = recommended(24_000, 2, 4096).unwrap();
+        assert_eq!(pair.draft.name, "Qwen2.5-Coder-0.5B-Instruct");
+        assert_eq!(pair.family.name, "Qwen2.5-Coder");
+    }
+
+    #[test]
+    fn targets_are_listed_largest_first() {
+        for family in CATALOGUE {
+            assert!(family.targets.windows(2).all(|w| w[0].file_mb >= w[1].file_mb), "{}", family.name);
+        }
     }
 }

@@ -59,7 +59,7 @@ pub fn check_fits_in_memory(path: &Path, file_bytes: u64, extra_bytes: u64) -> R
 
 /// MemAvailable from /proc/meminfo, in bytes; None where the system does not say.
 /// `SPECULA_MEMORY_LIMIT` (bytes) overrides it, for tests and for users who want a cap.
-fn available_memory() -> Option<u64> {
+pub fn available_memory() -> Option<u64> {
     if let Some(limit) = std::env::var("SPECULA_MEMORY_LIMIT").ok().and_then(|v| v.parse().ok()) {
         return Some(limit);
     }

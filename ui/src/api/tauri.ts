@@ -9,6 +9,7 @@ import type {
   Conversation,
   ConversationSummary,
   CatalogueEntry,
+  RecommendedPair,
   Diagnosis,
   EngineStatus,
   Library,
@@ -34,6 +35,9 @@ async function call<T>(command: string, args?: Record<string, unknown>): Promise
 class TauriLibrary implements Library {
   catalogue(): Promise<CatalogueEntry[]> {
     return call('catalogue');
+  }
+  recommended(): Promise<RecommendedPair | null> {
+    return call('recommended_pair');
   }
   async pull(repo: string, file: string, onEvent: (event: PullEvent) => void): Promise<PullHandle> {
     const channel = new Channel<PullEvent>();

@@ -192,6 +192,14 @@ export interface CatalogueEntry {
   path?: string;
 }
 
+/** The pair a first run offers to download (crates/engine/src/catalogue.rs `recommended`). */
+export interface RecommendedPair {
+  target: CatalogueEntry;
+  draft: CatalogueEntry;
+  /** Why it suits this machine: its cores and free memory. */
+  reason: string;
+}
+
 export type PullEvent =
   | { kind: 'progress'; done: number; total: number; bytes_per_second: number; eta_seconds: number | null }
   | { kind: 'done'; path: string }
@@ -210,6 +218,8 @@ export interface Diagnosis {
 /** The model library: only the desktop app downloads models. */
 export interface Library {
   catalogue(): Promise<CatalogueEntry[]>;
+  /** Null when no pair fits in this machine's free memory. */
+  recommended(): Promise<RecommendedPair | null>;
   pull(repo: string, file: string, onEvent: (event: PullEvent) => void): Promise<PullHandle>;
   diagnose(target: string, draft: string): Promise<Diagnosis>;
 }

@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""BENCHMARKS.md and the README's benchmark summary, generated from bench/*.json.
+
+A figure lives in one place: the JSON a benchmark command wrote. This script renders every
+file into BENCHMARKS.md (with the command that made it, and the CPU and date where the file
+records them) and rewrites the summary between the
+README's `benchmarks:begin`/`benchmarks:end` markers. `--check` changes nothing and exits 1
+when either is stale (scripts/test.sh runs it).
+
+    python3 scripts/benchmarks.py            # regenerate
+    python3 scripts/benchmarks.py --check    # CI
+"""
+
+import json
+from datetime import datetime, timezone
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+M = "M=~/.cache/specula/models; T=$M/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf; D=$M/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+
+# Each file: its title, the command that writes it, and what it is for. Files not listed here
+# are still rendered, under their own name, so a new bench file is never left out.
+SECTIONS = {
+    "speed-vs-llama.json": (
+        "Beside llama.cpp, in one run",
+        "scripts/llama-cpp.sh; then, alternating per model and round: llama-bench -m MODEL -p 512 -n 128 -t 2 -r 3 -o json; "
+        "target/release/specula speed --model MODEL --pp 512 --tg 128 --repeat 3",
+        "Prompt processing of 512 tokens (pp512) and generation of 128 (tg128), in tokens per second, "
+        "the two programs alternating on the same GGUF files and threads. Ratios are Specula over llama.cpp.",
+    ),
+    "kernels-model.json": (
+        "Speculative vs plain, model draft (after the multi-row kernels)",
+        f"{M}; target/release/specula bench --model $T --draft $D --k 2,4,auto --limit 3 --json bench/kernels-model.json",
+        "Each prompt decoded plain and speculative back to back (greedy, 64 tokens); `identical` counts "
+        "speculative replies equal to plain, token for token.",
+    ),
+    "kernels-lookup.json": (
+        "Speculative vs plain, prompt lookup on edits (after the multi-row kernels)",
+        f"{M}; target/release/specula bench --model $T --drafter lookup --k 4,8,auto --kind edit --limit 3 --json bench/kernels-lookup.json",
+        "The drafter copies n-grams from the prompt: no draft model.",
+    ),
+    "sweep-code.json": (
+        "Sweep: 10 code prompts x 128 tokens x 5 settings of k (before the kernels)",
+        f"{M}; target/release/specula bench --model $T --draft $D --k 1,2,4,8,auto --max-tokens 128 --kind code --json bench/sweep-code.json",
+        "A documented command, not a CI step (about 25 minutes); it exits non-zero on any mismatch.",
+    ),
+    "sweep-prose.json": (
+        "Sweep: 10 prose prompts x 128 tokens x 5 settings of k (before the kernels)",
+        f"{M}; target/release/specula bench --model $T --draft $D --k 1,2,4,8,auto --max-tokens 128 --kind prose --json bench/sweep-prose.json",
+        "As the code sweep, on prose.",
+    ),
+    "auto.json": (
+        "Auto k over every set (before the kernels)",
+        f"{M}; target/release/specula bench --model $T --draft $D --k auto --limit 3 --json bench/auto.json",
+        "Auto k alone, code then prose then edit prompts in one session.",
+    ),
+    "code.json": (
+        "Code, k 4 and auto (before the kernels)",
+        f"{M}; target/release/specula bench --model $T --draft $D --k 4,auto --limit 3 --kind code --json bench/code.json",
+        "",
+    ),
+    "prose.json": (
+        "Prose, k 4 and auto (before the kernels)",
+        f"{M}; target/release/specula bench --model $T --draft $D --k 4,auto --limit 3 --kind prose --json bench/prose.json",
+        "",
+    ),
+}
+
+
+def cpu_line(data: dict) -> str:
+    cpu = data.get("cpu")
+    if isinstance(cpu, dict):
+        return f"{cpu.get('model', '?')}, {cpu.get('cores', '?')} cores, flags {' '.join(cpu.get('flags', []))}"
+    if isinstance(cpu, str):
+        return cpu
+    return "not recorded (written before `specula bench` recorded the CPU; an AMD EPYC host with 2 cores)"
+
+
+def table(header: list, rows: list) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def pct(x) -> str:
+    return "" if x is None else f"{100 * x:.0f}%"
+
+
+def speculative_tables(data: dict) -> str:
+    parts = [
+        f"Target `{Path(data['model']).name}`"
+        + (f", draft `{Path(data['draft']).name}`" if data.get("draft") else "")
+        + f", {data['max_tokens']} tokens per reply, {data['threads']} threads.",
+        "Cost of one target pass over n tokens:",
+        table(["n", "ms", "x one token"], [[c["n"], f"{c['ms']:.1f}", f"{c['ratio']:.2f}"] for c in data["forward_costs"]]),
+        "Per set and k (medians of the set's replies; `speedup` is speculative over plain, same prompts, same run):",
+        table(
+            ["set", "k", "plain tok/s", "spec tok/s", "speedup", "accepted", "tokens/pass", "k used", "identical"],
+            [
+                [s["kind"], s["k"], f"{s['plain_tps']:.2f}", f"{s['spec_tps']:.2f}", f"{s['speedup']:.2f}x",
+                 pct(s.get("acceptance")) or "none drafted", f"{s['tokens_per_pass']:.2f}", s["k_range"], s["identical"]]
+                for s in data["summary"]
+            ],
+        ),
+    ]
+    return "\n\n".join(parts)
+
+
+def llama_tables(data: dict) -> str:
+    rows = [
+        [r["model"], r["round"], r["llama_cpp"]["pp512"], r["specula"]["pp512"], f"{r['ratio']['pp512']:.2f}",
+         r["llama_cpp"]["tg128"], r["specula"]["tg128"], f"{r['ratio']['tg128']:.2f}"]
+        for r in data["rounds"]
+    ]
+    header = ["model", "round", "llama.cpp pp512", "Specula pp512", "ratio", "llama.cpp tg128", "Specula tg128", "ratio"]
+    return f"llama.cpp: {data['llama_cpp']}.\n\n" + table(header, rows)
+
+
+def render_file(path: Path) -> str:
+    data = json.loads(path.read_text())
+    title, command, about = SECTIONS.get(path.name, (path.stem, "(not recorded)", ""))
+    body = llama_tables(data) if "rounds" in data else speculative_tables(data)
+    date = data.get("date") or (
+        datetime.fromtimestamp(data["unix_time"], timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if "unix_time" in data else "date not recorded"
+    )
+    head = [f"## {title}", f"`bench/{path.name}` · {date} · CPU: {cpu_line(data)}"]
+    if about:
+        head.append(about)
+    head.append(f"    {command}")
+    return "\n\n".join(head + [body])
+
+
+def ordered_files() -> list:
+    files = sorted(BENCH.glob("*.json"))
+    rank = {name: i for i, name in enumerate(SECTIONS)}
+    return sorted(files, key=lambda p: (rank.get(p.name, len(rank)), p.name))
+
+
+def benchmarks_md() -> str:
+    intro = (
+        "# Benchmarks\n\n"
+        "Generated by `scripts/benchmarks.py` from `bench/*.json`; do not edit by hand. Each section names the\n"
+        "command that wrote its file, so any of them can be rerun and the file replaced. These machines are\n"
+        "noisy and differ from one another: compare the ratios measured in one run (speculative over plain,\n"
+        "Specula over llama.cpp), not absolute rates across runs. The kernel notebook (why the figures are\n"
+        "what they are) is PROFILE.md."
+    )
+    return "\n\n".join([intro] + [render_file(p) for p in ordered_files()]) + "\n"
+
+
+def readme_summary() -> str:
+    """The few lines the README shows: the latest side-by-side run and the latest speculative one."""
+    lines = []
+    llama = BENCH / "speed-vs-llama.json"
+    if llama.exists():
+        data = json.loads(llama.read_text())
+        for model in dict.fromkeys(r["model"] for r in data["rounds"]):
+            rounds = [r for r in data["rounds"] if r["model"] == model]
+            span = lambda key: "-".join(dict.fromkeys(f"{f(r['ratio'][key] for r in rounds):.2f}" for f in (min, max)))
+            lines.append(f"- `{model}` beside llama.cpp ({data['date']}, same run): prompt processing {span('pp512')}x, generation {span('tg128')}x.")
+    model = BENCH / "kernels-model.json"
+    if model.exists():
+        data = json.loads(model.read_text())
+        auto = [s for s in data["summary"] if s["k"] == "auto"]
+        sets = ", ".join(f"{s['kind']} {s['speedup']:.2f}x" for s in auto if s["kind"] != "all")
+        identical = next((s["identical"] for s in auto if s["kind"] == "all"), None)
+        tail = f"; every reply identical to plain ({identical})" if identical else ""
+        lines.append(f"- Speculative over plain with auto k ({data.get('date', '')}, model draft, same prompts in one run): {sets}{tail}.")
+    lookup = BENCH / "kernels-lookup.json"
+    if lookup.exists():
+        best = max(json.loads(lookup.read_text())["summary"], key=lambda s: s["speedup"])
+        lines.append(f"- Prompt lookup on edits: up to {best['speedup']:.2f}x (k {best['k']}).")
+    return "\n".join(lines)
+
+
+def with_readme_summary(readme: str) -> str:
+    begin, end = "<!-- benchmarks:begin -->", "<!-- benchmarks:end -->"
+    if begin not in readme or end not in readme:
+        sys.exit("README.md lacks the benchmarks:begin/end markers")
+    head, rest = readme.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{readme_summary()}\n{end}{tail}"
+
+
+def main() -> int:
+    check = "--check" in sys.argv[1:]
+    outputs = {
+        ROOT / "BENCHMARKS.md": benchmarks_md(),
+        ROOT / "README.md": with_readme_summary((ROOT / "README.md").read_text()),
+    }
+    stale = [p.name for p, text in outputs.items() if not p.exists() or p.read_text() != text]
+    if check:
+        for name in stale:
+            print(f"{name} is stale: run python3 scripts/benchmarks.py", file=sys.stderr)
+        return 1 if stale else 0
+    for path, text in outputs.items():
+        path.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
