@@ -4,6 +4,7 @@ fn main() {
     let commands = &[
         "engine_status",
         "list_models",
+        "add_model",
         "apply_models",
         "get_settings",
         "save_settings",

@@ -13,6 +13,8 @@ use tauri::ipc::Channel;
 use tauri::State;
 
 const SETTINGS_KEY: &str = "settings";
+/// The model files the user added by path (`Vec<PathBuf>`).
+pub const ADDED_MODELS_KEY: &str = "added_models";
 
 fn with_store<T>(state: &AppState, f: impl FnOnce(&mut Store) -> specula_store::Result<T>) -> CommandResult<T> {
     let mut store = state.store.lock().map_err(|_| ErrorDto::new("internal", "the history database is unavailable"))?;
@@ -94,10 +96,23 @@ fn scan_models(settings: &AppSettings) -> Vec<ModelEntry> {
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "gguf"))
         .chain(crate::library::cached_models())
+        .chain(crate::paths::added())
         .collect();
     paths.sort();
     paths.dedup();
     paths.into_iter().map(|path| model_entry(path, &settings.target)).collect()
+}
+
+/// Remember a model file the user names by path, wherever it is, once it reads as a model; it
+/// is then offered in the settings and the doctor like the models of the model folders.
+#[tauri::command]
+pub async fn add_model(state: State<'_, AppState>, path: String) -> CommandResult<ModelEntry> {
+    let checked = path.clone();
+    let added = blocking(move || crate::paths::add(&checked)).await?;
+    with_store(&state, |s| s.set_setting(ADDED_MODELS_KEY, &added))?;
+    crate::paths::set_added(added);
+    let target = get_settings(state)?.target;
+    blocking(move || Ok(model_entry(PathBuf::from(path), &target))).await
 }
 
 fn model_entry(path: PathBuf, target: &str) -> ModelEntry {

@@ -32,7 +32,11 @@ fn setup(app: &mut tauri::App) -> Result<(), Box<dyn std::error::Error>> {
     let path = data_dir(app)?.join("specula.db");
     tracing::info!("chat history: {}", path.display());
     let store = Arc::new(Mutex::new(Store::open(&path)?));
-    let saved: Option<settings::AppSettings> = store.lock().map_err(|_| "history lock")?.setting("settings")?;
+    let (saved, added) = {
+        let store = store.lock().map_err(|_| "history lock")?;
+        (store.setting::<settings::AppSettings>("settings")?, store.setting(commands::ADDED_MODELS_KEY)?)
+    };
+    paths::set_added(added.unwrap_or_default());
     let engine = Engine::spawn();
     // Load the chosen models in the background; replies queue behind the load. A model that
     // cannot load leaves the app usable, with the reason in the status line. A first run
@@ -61,6 +65,7 @@ pub fn run() {
         .invoke_handler(tauri::generate_handler![
             commands::engine_status,
             commands::list_models,
+            commands::add_model,
             commands::apply_models,
             commands::get_settings,
             commands::save_settings,

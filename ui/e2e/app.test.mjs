@@ -28,6 +28,12 @@ for (const name of [TARGET, DRAFT, SMOLLM]) symlinkSync(join(REAL_MODELS, name),
 writeFileSync(join(models, 'broken.gguf'), 'not a model\n'.repeat(100));
 // A real model's first 8 MiB: its header reads, its weights are missing.
 writeFileSync(join(models, 'truncated.gguf'), readFileSync(join(REAL_MODELS, SMOLLM)).subarray(0, 8 << 20));
+// A folder of the user's own, outside the model folders: a model and a file that pretends.
+const own = mkdtempSync(join(tmpdir(), 'specula-own-'));
+const ownModel = join(own, 'my-model.gguf');
+symlinkSync(join(REAL_MODELS, SMOLLM), ownModel);
+const ownFake = join(own, 'fake.gguf');
+writeFileSync(ownFake, 'not a model either\n'.repeat(100));
 const data = mkdtempSync(join(tmpdir(), 'specula-data-'));
 const hfHome = mkdtempSync(join(tmpdir(), 'specula-hf-'));
 
@@ -228,6 +234,20 @@ test('the library downloads a catalogue model with live progress, cancels anothe
   assert.match(report, /vocabulary size: 151936 in the target, 49152 in the draft/);
   assert.match(report, /suggestion: Qwen2\.5-Coder-0\.5B-Instruct/);
   writeFileSync(join(ARTIFACTS, 'app-library-doctor.png'), await wd.screenshot());
+
+  // A model file of the user's own, outside the model folders: added by path once it reads as
+  // a model, then offered (a file that only pretends to be one is refused, and stays out).
+  const addByPath = async (path) => {
+    await wd.execute("const [path] = arguments; document.querySelector('#add-model [name=path]').value = path;", path);
+    await wd.execute("document.querySelector('#add-model button').click()");
+    await wd.waitFor("return ['added', 'error'].includes(document.querySelector('#add-model-status').dataset.state)", { what: 'the added model' });
+    return wd.execute("return document.querySelector('#add-model-status').textContent");
+  };
+  assert.match(await addByPath(ownFake), /not a GGUF file|not_gguf|GGUF/i);
+  assert.match(await addByPath(ownModel), /^added .* it is offered in Settings and the doctor$/);
+  const { value: withOwn } = await invoke('list_models', { target: null });
+  assert.ok(withOwn.some((m) => m.path === ownModel && m.runnable), 'the added model is offered');
+  assert.ok(!withOwn.some((m) => m.path === ownFake), 'the refused file is not');
   await wd.execute("document.querySelector('#library-close').click()");
   await wd.waitFor("return !document.querySelector('#library-dialog').open");
 });
@@ -239,6 +259,8 @@ test('after a restart the conversation is there with its colours', async () => {
   assert.ok(titles.length >= 1, 'conversations listed');
   await wd.execute("[...document.querySelectorAll('#conversation-list li .open')].pop().click()");
   await wd.waitFor("return document.querySelectorAll('#messages .tok.src-accepted').length > 0", { what: 'coloured tokens after restart' });
+  const { value: offered } = await invoke('list_models', { target: null });
+  assert.ok(offered.some((m) => m.path === ownModel), 'the model added by path is remembered');
 });
 
 test('a saved model that cannot load says why at launch, and the chat works once a good one is chosen', async () => {

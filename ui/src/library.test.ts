@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import type { CatalogueEntry, Library, PullEvent, PullHandle } from './api/types';
-import { progressText, renderCatalogue, renderRecommended } from './library';
+import type { CatalogueEntry, Library, ModelEntry, PullEvent, PullHandle } from './api/types';
+import { addModelByPath, progressText, renderCatalogue, renderRecommended } from './library';
 
 describe('download progress', () => {
   it('shows bytes, speed and time left', () => {
@@ -22,6 +22,9 @@ function fakeLibrary() {
   const library: Library = {
     catalogue: async () => [entry],
     recommended: async () => null,
+    addModel: async () => {
+      throw new Error('unused');
+    },
     diagnose: async () => ({ compatible: true, text: '' }),
     pull: (_repo, _file, onEvent) => {
       state.emit = onEvent;
@@ -110,6 +113,9 @@ describe('the recommended pair', () => {
     const library: Library = {
       catalogue: async () => [pair.target, pair.draft],
       recommended: async () => pair,
+      addModel: async () => {
+        throw new Error('unused');
+      },
       diagnose: async () => ({ compatible: true, text: '' }),
       pull: async (_repo, file, onEvent) => {
         pulled.push(file);
@@ -140,6 +146,9 @@ describe('the recommended pair', () => {
     const library: Library = {
       catalogue: async () => [],
       recommended: async () => pair,
+      addModel: async () => {
+        throw new Error('unused');
+      },
       diagnose: async () => ({ compatible: true, text: '' }),
       pull: async (_repo, _file, onEvent) => {
         setTimeout(() => onEvent({ kind: 'error', code: 'network', message: 'the Hub could not be reached' }));
@@ -163,6 +172,9 @@ describe('the recommended pair', () => {
     const library: Library = {
       catalogue: async () => [],
       recommended: async () => local,
+      addModel: async () => {
+        throw new Error('unused');
+      },
       diagnose: async () => ({ compatible: true, text: '' }),
       pull: async () => {
         throw new Error('no download expected');
@@ -176,5 +188,42 @@ describe('the recommended pair', () => {
     expect(used).toEqual([['/m/big.gguf', '/m/small.gguf']]);
     await renderRecommended({ ...library, recommended: async () => null }, box, async () => {});
     expect(box.hidden).toBe(true);
+  });
+});
+
+describe('a model file added by path', () => {
+  const library = (addModel: Library['addModel']): Library => ({
+    catalogue: async () => [],
+    recommended: async () => null,
+    diagnose: async () => ({ compatible: true, text: '' }),
+    pull: async () => ({ cancel: async () => {} }),
+    addModel,
+  });
+
+  it('says what was added, or why it was refused', async () => {
+    const status = document.createElement('p');
+    const asked: string[] = [];
+    const added = await addModelByPath(
+      library(async (path) => {
+        asked.push(path);
+        return { path, name: 'SmolLM2 135M', quantization: 'Q4_1' } as ModelEntry;
+      }),
+      '  /data/llm/smol.gguf ',
+      status,
+    );
+    expect(asked).toEqual(['/data/llm/smol.gguf']);
+    expect(added?.name).toBe('SmolLM2 135M');
+    expect(status.textContent).toBe('added SmolLM2 135M (Q4_1): it is offered in Settings and the doctor');
+
+    const refused = await addModelByPath(
+      library(async () => {
+        throw { code: 'not_gguf', message: '/data/notes.gguf is not a GGUF file' };
+      }),
+      '/data/notes.gguf',
+      status,
+    );
+    expect(refused).toBeNull();
+    expect(status.dataset.state).toBe('error');
+    expect(status.textContent).toBe('/data/notes.gguf is not a GGUF file');
   });
 });

@@ -208,6 +208,22 @@ function catalogueRow(library: Library, entry: CatalogueEntry, onPulled: () => v
   return row;
 }
 
+/** The "model file of your own" form: the backend checks the file and remembers it. */
+export async function addModelByPath(library: Library, path: string, status: HTMLElement): Promise<ModelEntry | null> {
+  status.dataset.state = 'checking';
+  status.textContent = 'checking…';
+  try {
+    const model = await library.addModel(path.trim());
+    status.dataset.state = 'added';
+    status.textContent = `added ${model.name} (${model.quantization}): it is offered in Settings and the doctor`;
+    return model;
+  } catch (e) {
+    status.dataset.state = 'error';
+    status.textContent = toBackendError(e).message;
+    return null;
+  }
+}
+
 /** Fill the doctor's two model pickers with what can run. */
 export function fillDoctor(models: ModelEntry[], target: HTMLSelectElement, draft: HTMLSelectElement, current: string): void {
   const options = () =>

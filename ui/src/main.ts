@@ -5,7 +5,7 @@ import { type Backend, connect } from './api/backend';
 import type { ChatMessage, Conversation, ModelEntry, ReplyEvent, ReplyHandle, Settings, StepEvent } from './api/types';
 import { applyEvent } from './api/events';
 import { DEFAULT_SETTINGS, toBackendError } from './api/types';
-import { fillDoctor, renderCatalogue, renderRecommended, runDoctor } from './library';
+import { addModelByPath, fillDoctor, renderCatalogue, renderRecommended, runDoctor } from './library';
 import { renderMarkdown } from './render/markdown';
 import { liveFigures, sparkline, summarize } from './render/speed';
 import { renderTokens } from './render/tokens';
@@ -518,6 +518,13 @@ function wireLibrary(): void {
   };
   $('#library-button').hidden = false;
   $('#library-button').addEventListener('click', () => void openLibrary?.().catch(showNotice));
+  $('#add-model').addEventListener('submit', (e) => {
+    e.preventDefault();
+    const field = $<HTMLInputElement>('#add-model [name=path]');
+    void addModelByPath(library, field.value, $('#add-model-status')).then((model) => {
+      if (model) void refreshDoctor();
+    });
+  });
   $('#doctor-run').addEventListener('click', () => void runDoctor(library, target.value, draft.value, $('#doctor-report')));
   $('#library-close').addEventListener('click', () => dialog.close());
 }

@@ -39,6 +39,9 @@ class TauriLibrary implements Library {
   recommended(): Promise<RecommendedPair | null> {
     return call('recommended_pair');
   }
+  addModel(path: string): Promise<ModelEntry> {
+    return call('add_model', { path });
+  }
   async pull(repo: string, file: string, onEvent: (event: PullEvent) => void): Promise<PullHandle> {
     const channel = new Channel<PullEvent>();
     channel.onmessage = onEvent;

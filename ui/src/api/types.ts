@@ -220,6 +220,8 @@ export interface Library {
   catalogue(): Promise<CatalogueEntry[]>;
   /** Null when no pair fits in this machine's free memory. */
   recommended(): Promise<RecommendedPair | null>;
+  /** Remember a model file outside the model folders; refused unless it reads as a model. */
+  addModel(path: string): Promise<ModelEntry>;
   pull(repo: string, file: string, onEvent: (event: PullEvent) => void): Promise<PullHandle>;
   diagnose(target: string, draft: string): Promise<Diagnosis>;
 }
