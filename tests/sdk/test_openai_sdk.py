@@ -16,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import openai
+import pydantic
 
 MODELS = Path(os.environ.get("SPECULA_MODELS_DIR", Path.home() / ".cache/specula/models"))
 TARGET = MODELS / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
@@ -34,6 +35,14 @@ WEATHER = {
             "properties": {"city": {"type": "string"}},
             "required": ["city"],
         },
+    },
+}
+TIME = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "description": "The local time in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
     },
 }
 
@@ -165,11 +174,45 @@ class Tools(unittest.TestCase):
                      temperature=0)
         self.assertFalse(reply.choices[0].message.tool_calls)
 
-    def test_what_cannot_be_enforced_is_refused_not_ignored(self):
+    def test_tool_choice_required_and_named_force_a_call(self):
+        # Asked nothing about the weather: only the grammar makes it a call.
+        reply = chat(messages=user("Say hello."), tools=[WEATHER], tool_choice="required",
+                     temperature=0, max_tokens=40)
+        choice = reply.choices[0]
+        self.assertEqual(choice.finish_reason, "tool_calls", choice.message)
+        self.assertEqual(choice.message.tool_calls[0].function.name, "get_weather")
+        self.assertIn("city", json.loads(choice.message.tool_calls[0].function.arguments))
+        named = chat(messages=user("What is the weather in Paris?"), tools=[WEATHER, TIME],
+                     tool_choice={"type": "function", "function": {"name": "get_time"}}, temperature=0, max_tokens=40)
+        self.assertEqual(named.choices[0].message.tool_calls[0].function.name, "get_time")
         with self.assertRaises(openai.BadRequestError):
-            chat(messages=user("hi"), tools=[WEATHER], tool_choice="required")
-        with self.assertRaises(openai.BadRequestError):
-            chat(messages=user("hi"), response_format={"type": "json_object"})
+            chat(messages=user("hi"), tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "nope"}})
+
+
+class Person(pydantic.BaseModel):
+    name: str
+    year: int
+
+
+class StructuredOutput(unittest.TestCase):
+    def test_json_object_replies_parse(self):
+        reply = chat(messages=user("Give the name and birth year of a famous scientist as JSON."),
+                     response_format={"type": "json_object"}, temperature=0, max_tokens=60)
+        self.assertIsInstance(json.loads(reply.choices[0].message.content), dict)
+
+    def test_the_sdks_parse_gets_a_value_of_the_schema(self):
+        reply = client.chat.completions.parse(
+            model=MODEL, messages=user("Name one programming language and the year it appeared."),
+            response_format=Person, temperature=0, max_tokens=60)
+        person = reply.choices[0].message.parsed
+        self.assertIsInstance(person, Person)
+        self.assertTrue(person.name)
+
+    def test_a_schema_that_cannot_be_met_is_a_400(self):
+        with self.assertRaises(openai.BadRequestError) as refused:
+            chat(messages=user("hi"), response_format={
+                "type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "integer", "minimum": 5, "maximum": 1}}})
+        self.assertIn("schema", str(refused.exception))
 
 
 class Sampling(unittest.TestCase):

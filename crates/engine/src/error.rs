@@ -54,6 +54,9 @@ pub enum Error {
     #[error("invalid setting: {0}")]
     InvalidSetting(String),
 
+    #[error("the grammar or JSON schema cannot be used: {0}")]
+    Grammar(String),
+
     #[error("the model produced unusable scores ({0}); its weights may be corrupt")]
     InvalidLogits(String),
 
@@ -118,6 +121,7 @@ impl Error {
             Error::ModelTooLarge { .. } => "model_too_large",
             Error::IncompatibleDraft(_) => "incompatible_draft",
             Error::InvalidSetting(_) => "invalid_setting",
+            Error::Grammar(_) => "invalid_grammar",
             Error::InvalidLogits(_) => "invalid_logits",
             Error::Busy { .. } => "busy",
             Error::NoModel(_) => "no_model",

@@ -143,6 +143,9 @@ pub struct GenerateOptions {
     /// [`MAX_ALTERNATIVES`]).
     #[serde(default)]
     pub alternatives: usize,
+    /// What the reply must match (a JSON schema); the reply ends when it is complete.
+    #[serde(default)]
+    pub grammar: Option<crate::constraint::Grammar>,
 }
 
 impl GenerateOptions {
@@ -159,13 +162,16 @@ impl GenerateOptions {
             let n = self.alternatives;
             return Err(Error::InvalidSetting(format!("{n} alternatives per token: at most {MAX_ALTERNATIVES}")));
         }
+        if let Some(grammar) = &self.grammar {
+            grammar.validate()?;
+        }
         self.sampling.validate()
     }
 }
 
 impl Default for GenerateOptions {
     fn default() -> Self {
-        Self { max_tokens: 512, sampling: SamplingParams::default(), stop: Vec::new(), alternatives: 0 }
+        Self { max_tokens: 512, sampling: SamplingParams::default(), stop: Vec::new(), alternatives: 0, grammar: None }
     }
 }
 
@@ -476,7 +482,7 @@ pub fn generate_plain(
         return Ok(Generation::cancelled(prompt.len()));
     };
     let prefill = started.elapsed();
-    let mut sampler = Sampler::new(options.sampling.clone());
+    let mut sampler = Sampler::for_reply(options, tokenizer)?;
     let mut reply = Reply::new(tokenizer, prompt, options, sink);
     while !reply.is_done() {
         if reply.context.len() >= target.capacity() {

@@ -11,6 +11,7 @@
 pub mod attention;
 pub mod catalogue;
 pub mod chat;
+pub mod constraint;
 pub mod device;
 pub mod doctor;
 pub mod error;

@@ -1,9 +1,13 @@
 //! Sampling settings as data, applied identically to the target's and the draft's logits so
 //! the speculative guarantee holds for the distribution the user asked for.
 
+use crate::constraint::Constraint;
 use crate::error::{Error, Result};
+use crate::generate::GenerateOptions;
+use crate::tokenizer::Tokenizer;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -144,17 +148,25 @@ impl Choice {
     }
 }
 
-/// Chooses tokens the way the user asked: settings plus the random state of sample mode.
+/// Chooses tokens the way the user asked: settings, the random state of sample mode, and the
+/// grammar the reply must match, if any.
 pub struct Sampler {
     pub params: SamplingParams,
     rng: rand::rngs::StdRng,
+    constraint: Option<Constraint>,
 }
 
 impl Sampler {
     pub fn new(params: SamplingParams) -> Self {
         use rand::SeedableRng;
         let rng = rand::rngs::StdRng::seed_from_u64(params.seed);
-        Self { params, rng }
+        Self { params, rng, constraint: None }
+    }
+
+    /// The sampler of one reply: its sampling settings and its grammar.
+    pub fn for_reply(options: &GenerateOptions, tokenizer: &Tokenizer) -> Result<Self> {
+        let constraint = options.grammar.as_ref().map(|g| Constraint::new(g, tokenizer)).transpose()?;
+        Ok(Self { constraint, ..Self::new(options.sampling.clone()) })
     }
 
     pub fn mode(&self) -> Mode {
@@ -163,6 +175,12 @@ impl Sampler {
 
     /// The token at reply `position` after `history`, given its logits.
     pub fn choose(&mut self, logits: &[f32], history: &[u32], position: usize) -> Result<Choice> {
+        let logits = self.constrained(logits, history, position)?;
+        self.choose_constrained(&logits, history, position)
+    }
+
+    /// [`Self::choose`] for logits [`Self::constrained`] already masked.
+    pub fn choose_constrained(&mut self, logits: &[f32], history: &[u32], position: usize) -> Result<Choice> {
         let probs = self.params.probabilities(logits, history)?;
         let token = match self.mode() {
             Mode::Greedy => self.params.greedy_token(logits, history),
@@ -172,9 +190,32 @@ impl Sampler {
         Ok(Choice { token, probs })
     }
 
+    /// `logits` with every token the grammar forbids at reply `position` after `history` set
+    /// to -inf (copied only when there is a grammar). The target's p and the draft's q at one
+    /// position get the same mask: it depends on the reply's tokens alone.
+    pub fn constrained<'a>(&mut self, logits: &'a [f32], history: &[u32], position: usize) -> Result<Cow<'a, [f32]>> {
+        let Some(constraint) = &mut self.constraint else { return Ok(Cow::Borrowed(logits)) };
+        let mut masked = logits.to_vec();
+        constraint.mask(&mut masked, reply_of(history, position))?;
+        Ok(Cow::Owned(masked))
+    }
+
+    /// Whether the grammar lets `token` follow `history` at reply `position`.
+    pub fn allows(&mut self, history: &[u32], position: usize, token: u32) -> Result<bool> {
+        match &mut self.constraint {
+            Some(constraint) => constraint.allows(reply_of(history, position), token),
+            None => Ok(true),
+        }
+    }
+
     pub fn rng(&mut self) -> &mut rand::rngs::StdRng {
         &mut self.rng
     }
+}
+
+/// The reply's tokens within `history`, when the next token is at reply `position`.
+fn reply_of(history: &[u32], position: usize) -> &[u32] {
+    &history[history.len().saturating_sub(position)..]
 }
 
 /// Scores a distribution can be made from: no NaN or +inf, and at least one token finite

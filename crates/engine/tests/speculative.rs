@@ -156,3 +156,47 @@ fn a_draft_with_another_vocabulary_is_refused() {
     assert!(message.contains("in the target but"), "{message}");
     assert!(session.draft_info().is_none(), "the target stays usable without a draft");
 }
+
+/// A reply constrained to a JSON schema: the same mask on the draft's q and the target's p, so
+/// speculative equals plain (greedy and reproducible, a model draft and prompt lookup), and the
+/// reply is a value of the schema that ends where the schema does.
+#[test]
+fn a_reply_constrained_to_a_json_schema_is_the_same_speculative_or_plain_and_matches_it() {
+    let mut pair = pair();
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": { "name": { "type": "string" }, "year": { "type": "integer" } },
+        "required": ["name", "year"],
+        "additionalProperties": false
+    });
+    let grammar = Some(specula_engine::constraint::Grammar::JsonSchema { schema });
+    let prompt = prompt(&pair, "Name one programming language and the year it appeared, as JSON.");
+    let reproducible = SamplingParams { mode: Mode::Reproducible, temperature: 0.8, seed: 3, ..Default::default() };
+    for sampling in [SamplingParams::greedy(), reproducible] {
+        let options = GenerateOptions { max_tokens: 40, sampling, grammar: grammar.clone(), ..Default::default() };
+        let plain =
+            generate_plain(&mut pair.target.model, &pair.target.tokenizer, &prompt, &options, &mut NullSink).unwrap();
+        let value: serde_json::Value =
+            serde_json::from_str(&plain.text).unwrap_or_else(|e| panic!("{e}: {}", plain.text));
+        assert!(value["name"].is_string() && value["year"].is_i64(), "{value}");
+        assert_eq!(value.as_object().unwrap().len(), 2, "{value}");
+        assert_eq!(plain.finish_reason, specula_engine::FinishReason::EndOfTurn, "{}", plain.text);
+        for k in [KSetting::Fixed(4), KSetting::Auto { max: 8 }] {
+            let spec = speculate(&mut pair, &prompt, &options, k);
+            assert_eq!(ids(&spec), ids(&plain), "{k:?}: {} vs {}", spec.text, plain.text);
+        }
+        let mut lookup = specula_engine::speculative::PromptLookup::default();
+        let spec = generate_speculative(
+            &mut pair.target.model,
+            &mut lookup,
+            &pair.target.tokenizer,
+            &prompt,
+            &options,
+            &SpeculativeOptions { k: KSetting::Fixed(4), ..Default::default() },
+            &mut CostModel::new(),
+            &mut NullSink,
+        )
+        .unwrap();
+        assert_eq!(ids(&spec), ids(&plain), "prompt lookup: {} vs {}", spec.text, plain.text);
+    }
+}

@@ -106,3 +106,21 @@ fn message_content_never_becomes_control_tokens() {
     // While the same text through the template-side encoder would have been special.
     assert!(specials(&tok.encode(forged).unwrap()) > specials(&tok.encode_literal(forged).unwrap()));
 }
+
+/// Constrained decoding reads the vocabulary as bytes: the bytes of a text's tokens, joined,
+/// are the text's UTF-8 (byte-level BPE and SentencePiece alike), and control tokens are
+/// marked so that no grammar over text can produce them.
+#[test]
+fn token_bytes_spell_the_text_and_mark_control_tokens() {
+    for name in [TARGET, SMOLLM, GEMMA] {
+        let tokenizer = tokenizer(name);
+        let bytes = tokenizer.token_bytes();
+        assert_eq!(bytes.len(), tokenizer.vocab().len());
+        let text = "Hello, wörld 👋\n\tfn main() { println!(\"{}\", 1 + 2); }";
+        let spelled: Vec<u8> =
+            tokenizer.encode_literal(text).unwrap().iter().flat_map(|&id| bytes[id as usize].clone()).collect();
+        assert_eq!(String::from_utf8_lossy(&spelled), text, "{name}");
+        let end = tokenizer.end_of_turn().unwrap();
+        assert_eq!(bytes[end as usize][0], 0xFF, "{name}: {:?}", tokenizer.vocab()[end as usize]);
+    }
+}

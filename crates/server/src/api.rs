@@ -6,6 +6,7 @@
 //! [`Message`]s here, so the handlers see one shape.
 
 use serde::{Deserialize, Serialize};
+use specula_engine::constraint::Grammar;
 use specula_engine::speculative::KSetting;
 use specula_engine::{
     DrafterKind, FunctionCall, Generation, GenerationStats, Message, Mode, Role, StepEvent, TokenEvent, ToolCall,
@@ -148,6 +149,33 @@ pub struct NamedFunction {
 pub struct ResponseFormat {
     #[serde(rename = "type")]
     pub kind: String,
+    #[serde(default)]
+    pub json_schema: Option<JsonSchemaFormat>,
+}
+
+/// `response_format.json_schema`: the schema is enforced whether or not `strict` is set
+/// (a reply that does not match is never what a client that sent a schema wants).
+#[derive(Debug, Clone, Deserialize)]
+pub struct JsonSchemaFormat {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub schema: Option<serde_json::Value>,
+}
+
+impl ResponseFormat {
+    /// The grammar the reply must match: none for `text`.
+    pub fn grammar(&self) -> Result<Option<Grammar>, String> {
+        match self.kind.as_str() {
+            "text" => Ok(None),
+            "json_object" => Ok(Some(Grammar::JsonObject)),
+            "json_schema" => match self.json_schema.as_ref().and_then(|f| f.schema.clone()) {
+                Some(schema) => Ok(Some(Grammar::JsonSchema { schema })),
+                None => Err("response_format `json_schema` needs `json_schema.schema`".into()),
+            },
+            other => Err(format!("response_format `{other}` is not one of text, json_object, json_schema")),
+        }
+    }
 }
 
 /// Why a message cannot be read, as the 400's message says it.

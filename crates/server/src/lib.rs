@@ -131,7 +131,7 @@ impl From<Error> for ApiError {
                 err.param = Some("messages");
                 err
             }
-            Error::InvalidSetting(_) | Error::Template(_) | Error::Tokenizer(_) => {
+            Error::InvalidSetting(_) | Error::Grammar(_) | Error::Template(_) | Error::Tokenizer(_) => {
                 Self::bad_request(e.code(), e.to_string())
             }
             Error::Busy { .. } => {
@@ -293,18 +293,19 @@ fn chat_call(state: &AppState, request: ChatRequest) -> Result<reply::Call, ApiE
         .map(|(i, m)| m.into_message(i))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|why| invalid_param("messages", why))?;
-    if let Some(format) = &request.response_format {
-        if format.kind != "text" {
-            let why = format!(
-                "response_format `{}` is not supported yet: this server cannot enforce a JSON grammar, \
-                 and a reply that merely looks like JSON would break your parser",
-                format.kind
-            );
-            return Err(invalid_param("response_format", why));
-        }
-    }
+    let format = match &request.response_format {
+        Some(format) => format.grammar().map_err(|why| invalid_param("response_format", why))?,
+        None => None,
+    };
     let tools =
         tools::Offer::of(request.tools, request.tool_choice).map_err(|why| invalid_param("tool_choice", why))?;
+    let grammar = match (format, tools.forced()) {
+        (Some(_), Some(_)) => {
+            let why = "response_format and a required tool call each constrain the reply: send one of them";
+            return Err(invalid_param("response_format", why));
+        }
+        (format, forced) => format.or(forced),
+    };
     let logprobs = match (request.logprobs, request.top_logprobs) {
         (_, Some(n)) if n > MAX_ALTERNATIVES => {
             return Err(invalid_param("top_logprobs", format!("top_logprobs is {n}: at most {MAX_ALTERNATIVES}")))
@@ -316,6 +317,8 @@ fn chat_call(state: &AppState, request: ChatRequest) -> Result<reply::Call, ApiE
     let include_usage = request.stream_options.is_some_and(|o| o.include_usage);
     let mut base = base_request(state, Prompt::Chat(messages), request.sampling, request.speculative, logprobs)?;
     base.request.tools = tools.rendered();
+    base.request.options.grammar = grammar;
+    base.request.options.validate().map_err(ApiError::from)?;
     let model = request.model;
     Ok(reply::Call { kind: Kind::Chat, model, base, prompts: Vec::new(), stream, include_usage, logprobs, tools })
 }
@@ -384,6 +387,7 @@ fn base_request(
         sampling,
         stop: fields.stop.map(Stop::into_vec).unwrap_or_default(),
         alternatives: logprobs.unwrap_or(0),
+        grammar: None,
     };
     options.validate().map_err(ApiError::from)?;
     let mut request = Request::new(prompt, options);

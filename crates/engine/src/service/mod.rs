@@ -259,7 +259,8 @@ impl Shared {
 }
 
 enum Job {
-    Generate(GenerateJob),
+    // Boxed: a request (its options, grammar and tools) is far larger than a load.
+    Generate(Box<GenerateJob>),
     Load(LoadSpec, flume::Sender<std::result::Result<Health, ErrorInfo>>),
 }
 
@@ -327,7 +328,7 @@ impl EngineHandle {
         let cancel = CancelHandle::default();
         let id = self.shared.next_id.fetch_add(1, Ordering::SeqCst);
         let job = GenerateJob { request, events, cancel: cancel.clone(), _slot: slot };
-        self.jobs.send(Job::Generate(job)).map_err(|_| stopped())?;
+        self.jobs.send(Job::Generate(Box::new(job))).map_err(|_| stopped())?;
         Ok(Ticket { id, events: receiver, cancel })
     }
 

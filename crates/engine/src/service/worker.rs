@@ -46,7 +46,7 @@ impl Worker {
                     self.shared.loads.fetch_sub(1, Ordering::SeqCst);
                     let _ = answer.send(result.map(|()| health));
                 }
-                Job::Generate(job) => self.serve(job),
+                Job::Generate(job) => self.serve(*job),
             }
         }
     }

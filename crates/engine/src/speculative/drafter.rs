@@ -111,7 +111,11 @@ impl Drafter for DraftModel {
             // The first call also feeds what the cache lacks: the last committed token, and
             // the final draft of the previous step when all of them were accepted.
             let logits = self.model.advance_to(&history)?;
-            let choice = sampler.choose(&logits, &history, position + i)?;
+            let logits = sampler.constrained(&logits, &history, position + i)?;
+            if !logits.iter().any(|l| l.is_finite()) {
+                break; // a pruned head scores none of what the grammar allows here
+            }
+            let choice = sampler.choose_constrained(&logits, &history, position + i)?;
             history.push(choice.token);
             drafts.push(Draft { token: choice.token, probs: choice.probs });
         }

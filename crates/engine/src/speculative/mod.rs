@@ -109,7 +109,7 @@ pub fn generate_speculative(
     };
     costs.record_catch_up(fed, ms(t.elapsed()));
     let prefill = started.elapsed();
-    let mut sampler = Sampler::new(options.sampling.clone());
+    let mut sampler = Sampler::for_reply(options, tokenizer)?;
     let mut reply = Reply::new(tokenizer, prompt, options, sink);
     let mut totals = Totals::default();
 
@@ -209,7 +209,9 @@ fn prefill_measuring_plain_step(
     Ok((sink.on_prefill(n - 1 - cached, n - 1 - cached) == Flow::Continue).then_some(cached))
 }
 
-/// The target's distributions at the k+1 positions and the acceptance outcome.
+/// The target's distributions at the k+1 positions and the acceptance outcome. Under a
+/// grammar, a draft the grammar forbids (prompt lookup proposes blindly) has p = 0 and would
+/// be rejected; the drafts end before it, so no position after it is scored.
 fn verify(
     sampler: &mut Sampler,
     context: &[u32],
@@ -221,18 +223,24 @@ fn verify(
     let mut history = context.to_vec();
     let mut p = Vec::with_capacity(logits.len());
     let mut choices = Vec::with_capacity(logits.len());
+    let mut valid = drafts.len();
     for (i, row) in logits.iter().enumerate() {
-        let probs = sampler.params.probabilities(row, &history)?;
+        let row = sampler.constrained(row, &history, position + i)?;
+        let probs = sampler.params.probabilities(&row, &history)?;
         choices.push(match sampler.mode() {
-            Mode::Greedy => sampler.params.greedy_token(row, &history),
+            Mode::Greedy => sampler.params.greedy_token(&row, &history),
             Mode::Reproducible => gumbel_token(&probs, sampler.params.seed, position + i),
             Mode::Sample => 0, // unused: sample mode draws below
         });
         p.push(probs);
-        if let Some(d) = drafts.get(i) {
-            history.push(d.token);
+        let Some(d) = drafts.get(i) else { break };
+        if !sampler.allows(&history, position + i, d.token)? {
+            valid = i;
+            break;
         }
+        history.push(d.token);
     }
+    let drafts = &drafts[..valid];
     let tokens: Vec<u32> = drafts.iter().map(|d| d.token).collect();
     let outcome = match sampler.mode() {
         Mode::Greedy | Mode::Reproducible => accept_matching(&tokens, &choices),

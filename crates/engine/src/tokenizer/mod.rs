@@ -31,13 +31,29 @@ pub struct Tokenizer {
     stop_ids: BTreeSet<u32>,
     bos: Option<String>,
     eos: Option<String>,
+    /// How the vocabulary spells bytes, for [`Tokenizer::token_bytes`].
+    spelling: Spelling,
+    /// The parser factory of constrained decoding, built on first use (it indexes the
+    /// whole vocabulary once).
+    grammar_factory: std::sync::OnceLock<std::sync::Arc<llguidance::ParserFactory>>,
+}
+
+/// How a vocabulary writes a token's bytes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Spelling {
+    /// GPT-2's byte-level BPE: each byte is one printable character.
+    ByteLevel,
+    /// SentencePiece: `▁` for a space, `<0xNN>` for a raw byte.
+    SentencePiece,
+    /// The text itself (word-level vocabularies of tests).
+    Text,
 }
 
 impl Tokenizer {
     pub fn from_gguf(gguf: &GgufFile) -> Result<Self> {
-        let inner = match gguf.string("tokenizer.ggml.model").unwrap_or_default().as_str() {
-            "llama" => spm::from_gguf(gguf)?,
-            _ => byte_level_bpe(gguf)?,
+        let (inner, spelling) = match gguf.string("tokenizer.ggml.model").unwrap_or_default().as_str() {
+            "llama" => (spm::from_gguf(gguf)?, Spelling::SentencePiece),
+            _ => (byte_level_bpe(gguf)?, Spelling::ByteLevel),
         };
         let tokens = gguf.string_array("tokenizer.ggml.tokens")?;
         check_vocabulary(gguf, &tokens)?;
@@ -54,6 +70,8 @@ impl Tokenizer {
             inner,
             tokens,
             stop_ids,
+            spelling,
+            grammar_factory: Default::default(),
         })
     }
 
@@ -67,7 +85,16 @@ impl Tokenizer {
             .build()
             .map_err(|e| Error::Tokenizer(e.to_string()))?;
         let inner = tokenizers::Tokenizer::new(model);
-        Ok(Self { literal: literal(&inner), inner, tokens, stop_ids: BTreeSet::new(), bos: None, eos: None })
+        Ok(Self {
+            literal: literal(&inner),
+            inner,
+            tokens,
+            stop_ids: BTreeSet::new(),
+            bos: None,
+            eos: None,
+            spelling: Spelling::Text,
+            grammar_factory: Default::default(),
+        })
     }
 
     /// Token ids of `text`, special tokens parsed (never split), with the model's own BOS setting.
@@ -120,6 +147,50 @@ impl Tokenizer {
 
     pub fn vocab(&self) -> &[String] {
         &self.tokens
+    }
+
+    /// The bytes each token stands for, by id. Special tokens are their text after a 0xFF
+    /// byte (no text is spelled with it), so that no grammar over text can produce them.
+    pub fn token_bytes(&self) -> Vec<Vec<u8>> {
+        let byte_of = gpt2_unicode_to_byte();
+        (0..self.tokens.len() as u32).map(|id| self.bytes_of(id, &byte_of)).collect()
+    }
+
+    fn bytes_of(&self, id: u32, byte_of: &std::collections::HashMap<char, u8>) -> Vec<u8> {
+        let text = self.tokens[id as usize].as_str();
+        if self.is_special(id) {
+            return [&[0xFF], text.as_bytes()].concat();
+        }
+        match self.spelling {
+            Spelling::ByteLevel => match text.chars().map(|c| byte_of.get(&c).copied()).collect::<Option<Vec<u8>>>() {
+                Some(bytes) => bytes,
+                None => text.as_bytes().to_vec(),
+            },
+            Spelling::SentencePiece => match sentencepiece_byte(text) {
+                Some(byte) => vec![byte],
+                None => text.replace('\u{2581}', " ").into_bytes(),
+            },
+            Spelling::Text => text.as_bytes().to_vec(),
+        }
+    }
+
+    /// The end-of-turn token a constrained reply ends with: the first stop token.
+    pub fn end_of_turn(&self) -> Option<u32> {
+        END_OF_TURN_TEXTS.iter().find_map(|t| self.inner.token_to_id(t)).or_else(|| self.stop_ids.first().copied())
+    }
+
+    /// The parser factory of constrained decoding over this vocabulary.
+    pub(crate) fn grammar_factory(&self) -> Result<std::sync::Arc<llguidance::ParserFactory>> {
+        if let Some(factory) = self.grammar_factory.get() {
+            return Ok(factory.clone());
+        }
+        let eos = self.end_of_turn().unwrap_or(self.tokens.len() as u32);
+        let info = toktrie::TokRxInfo::new(self.tokens.len() as u32, eos);
+        let trie = toktrie::TokTrie::from(&info, &self.token_bytes());
+        let env: toktrie::TokEnv = std::sync::Arc::new(toktrie::ApproximateTokEnv::new(trie));
+        let mut factory = llguidance::ParserFactory::new_simple(&env).map_err(|e| Error::Grammar(e.to_string()))?;
+        factory.quiet();
+        Ok(self.grammar_factory.get_or_init(|| std::sync::Arc::new(factory)).clone())
     }
 
     pub fn bos_text(&self) -> Option<&str> {
@@ -186,6 +257,28 @@ fn corrected_pre_tokenizer(pre: &str) -> Option<PreTokenizerWrapper> {
         }
         _ => Some(ByteLevel::new(false, true, true).into()),
     }
+}
+
+/// GPT-2's byte-level alphabet, read backwards: the printable character that stands for
+/// each byte in a byte-level BPE vocabulary.
+fn gpt2_unicode_to_byte() -> std::collections::HashMap<char, u8> {
+    let printable = |b: u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+    let mut shifted = 0u32;
+    (0..=255u8)
+        .map(|b| match printable(b) {
+            true => (char::from(b), b),
+            false => {
+                shifted += 1;
+                (char::from_u32(255 + shifted).expect("a valid code point"), b)
+            }
+        })
+        .collect()
+}
+
+/// The byte of a SentencePiece byte token, `<0x0A>`.
+fn sentencepiece_byte(text: &str) -> Option<u8> {
+    let hex = text.strip_prefix("<0x")?.strip_suffix('>')?;
+    (hex.len() == 2).then(|| u8::from_str_radix(hex, 16).ok()).flatten()
 }
 
 /// Incremental detokenisation: text is released only once it forms whole UTF-8 characters.
