@@ -344,3 +344,25 @@ pub struct ErrorDetail {
     pub param: Option<&'static str>,
     pub code: &'static str,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn format(json: serde_json::Value) -> Result<Option<Grammar>, String> {
+        serde_json::from_value::<ResponseFormat>(json).unwrap().grammar()
+    }
+
+    #[test]
+    fn response_formats_become_grammars_and_the_unknown_is_refused() {
+        assert_eq!(format(serde_json::json!({"type": "text"})), Ok(None));
+        assert_eq!(format(serde_json::json!({"type": "json_object"})), Ok(Some(Grammar::JsonObject)));
+        let schema = serde_json::json!({"type": "object", "properties": {"a": {"type": "integer"}}});
+        let sdk = serde_json::json!({"type": "json_schema", "json_schema": {"name": "A", "schema": schema.clone(), "strict": true}});
+        assert_eq!(format(sdk), Ok(Some(Grammar::JsonSchema { schema })));
+        assert!(format(serde_json::json!({"type": "json_schema", "json_schema": {"name": "A"}}))
+            .unwrap_err()
+            .contains("schema"));
+        assert!(format(serde_json::json!({"type": "yaml"})).unwrap_err().contains("yaml"));
+    }
+}
