@@ -17,7 +17,10 @@ scripts/install-deps.sh --app-only
 cli_config="{\"bundle\":{\"linux\":{\"deb\":{\"files\":{\"/usr/bin/specula\":\"$target_dir/$profile/specula\"}}}}}"
 if [ "$profile" = release ]; then
     cargo build --release -p specula-cli >&2
-    ui/node_modules/.bin/tauri build --bundles deb --ci --config "$cli_config" >&2
+    ui/node_modules/.bin/tauri build --no-bundle --ci >&2
+    # The release profile keeps debug info for profiling; the package ships without it.
+    strip "$target_dir/release/specula" "$target_dir/release/specula-app"
+    ui/node_modules/.bin/tauri bundle --bundles deb --ci --config "$cli_config" >&2
 else
     [ -x "$target_dir/debug/specula-app" ] && [ -x "$target_dir/debug/specula" ] ||
         { echo "no debug build in $target_dir: run cargo build --workspace --bins first" >&2; exit 1; }
