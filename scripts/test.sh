@@ -35,6 +35,19 @@ cargo build --workspace --bins --tests
 # Integration tests run real models; one test at a time keeps memory low and lets each
 # test use both cores.
 cargo test --workspace -- --test-threads=1
+# The GPU bundle's check (scripts/gpu-bundle.sh, docs/gpu.md), dry run on the CPU so that it
+# cannot rot: the bundle's own script, its tokenizer header made as the bundle makes it, tiny
+# synthetic models for the costs. A few seconds.
+(
+  dry=$(mktemp -d)
+  trap 'rm -rf "$dry"' EXIT
+  "$target_dir/debug/specula" synth --tokenizer-only --out "$dry/qwen2.5-tokenizer.gguf" \
+    --tokenizer-from "${SPECULA_MODELS_DIR:-$HOME/.cache/specula/models}/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+  SPECULA_BIN="$target_dir/debug/specula" SPECULA_CHECK_DEVICE=cpu SPECULA_CHECK_MODELS="$dry/models" \
+    scripts/device-check.sh "$dry/out" --tokenizer-from "$dry/qwen2.5-tokenizer.gguf" \
+    --targets tiny-q4k --draft tiny-q5 >/dev/null
+  grep -E '^Exactness|c = ' "$dry/out/device-check.md"
+)
 
 # The Node steps start servers, browsers, tauri-driver, WebKitWebDriver and the app. Each runs
 # contained: under a time limit, with its output in a log file that is printed after it, and

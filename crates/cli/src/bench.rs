@@ -7,7 +7,7 @@ use crate::ModelArgs;
 use clap::Args;
 use serde::{Deserialize, Serialize};
 use specula_engine::speculative::KSetting;
-use specula_engine::{GenerateOptions, Generation, NullSink, SamplingParams};
+use specula_engine::{CachedModel, GenerateOptions, Generation, NullSink, SamplingParams};
 use std::path::PathBuf;
 
 const DEFAULT_PROMPTS: &str = include_str!("../prompts/bench.json");
@@ -89,25 +89,26 @@ struct Report<'a> {
 }
 
 /// Median time of a target pass over n tokens (all logits), and its ratio to n = 1.
-#[derive(Serialize)]
-struct ForwardCost {
-    n: usize,
-    ms: f64,
-    ratio: f64,
+#[derive(Serialize, Clone)]
+pub struct ForwardCost {
+    pub n: usize,
+    pub ms: f64,
+    pub ratio: f64,
 }
 
-/// Verification cost by size: a pass over n tokens at a ~100-token context, then rolled back.
-fn forward_costs(session: &mut specula_engine::Session) -> Result<Vec<ForwardCost>, String> {
+/// The pass sizes verification of k = 1, 2, 4, 8 and 16 drafted tokens takes (and n = 3).
+pub const PASS_SIZES: [usize; 6] = [1, 2, 3, 5, 9, 17];
+
+/// Verification cost by size: a pass over n tokens after `context`, then rolled back.
+pub fn forward_costs(model: &mut CachedModel, context: &[u32]) -> Result<Vec<ForwardCost>, String> {
     const REPEATS: usize = 5;
-    let context: Vec<u32> = session
-        .target
-        .tokenizer
-        .encode(&"The quick brown fox jumps over the lazy dog. ".repeat(10))
-        .map_err(|e| e.to_string())?;
-    let model = &mut session.target.model;
-    model.prefill(&context).map_err(|e| e.to_string())?;
+    if context.len() < PASS_SIZES[PASS_SIZES.len() - 1] {
+        return Err(format!("a context of {} tokens is too short to measure passes", context.len()));
+    }
+    model.truncate(0);
+    model.prefill(context).map_err(|e| e.to_string())?;
     let mut costs: Vec<ForwardCost> = Vec::new();
-    for n in [1, 2, 3, 5, 9, 17] {
+    for n in PASS_SIZES {
         let mut times = Vec::with_capacity(REPEATS);
         for _ in 0..REPEATS {
             let started = std::time::Instant::now();
@@ -123,13 +124,20 @@ fn forward_costs(session: &mut specula_engine::Session) -> Result<Vec<ForwardCos
     Ok(costs)
 }
 
+/// A ~100-token context of ordinary text in the model's own tokens.
+fn cost_context(session: &specula_engine::Session) -> Result<Vec<u32>, String> {
+    let text = "The quick brown fox jumps over the lazy dog. ".repeat(10);
+    session.target.tokenizer.encode(&text).map_err(|e| e.to_string())
+}
+
 pub fn bench(args: BenchArgs) -> CliResult {
     if args.model.draft.is_none() && args.model.drafter != Some(specula_engine::DrafterKind::Lookup) {
         return Err("bench compares plain with speculative decoding: give --draft or --drafter lookup".into());
     }
     let prompts = load_prompts(&args)?;
     let mut session = open_session(&args.model)?;
-    let costs = forward_costs(&mut session)?;
+    let context = cost_context(&session)?;
+    let costs = forward_costs(&mut session.target.model, &context)?;
     println!("{}\n", specula_engine::kernels::cpu_description());
     println!("| target pass over n tokens | ms | x one token |\n|---|---|---|");
     for c in &costs {

@@ -2,6 +2,7 @@
 //! The first client of every engine feature.
 
 mod bench;
+mod device_check;
 mod library;
 mod run;
 mod speed;
@@ -42,13 +43,20 @@ enum Command {
     /// Write a synthetic GGUF: a real model's shapes and tokenizer, random weights (for
     /// measuring costs where the real weights cannot go).
     Synth(SynthArgs),
+    /// Exactness and costs on a device with synthetic models only (the GPU check that travels:
+    /// scripts/gpu-bundle.sh).
+    DeviceCheck(device_check::DeviceCheckArgs),
 }
 
 #[derive(Args)]
 struct SynthArgs {
-    /// tiny, qwen2.5-0.5b, qwen2.5-1.5b or qwen2.5-7b.
-    #[arg(long)]
-    preset: String,
+    /// tiny, tiny-q4k, tiny-q5, qwen2.5-0.5b, qwen2.5-1.5b or qwen2.5-7b.
+    #[arg(long, required_unless_present = "tokenizer_only")]
+    preset: Option<String>,
+    /// Write no model, only the tokenizer of --tokenizer-from: a small header that gives
+    /// synthetic models a real vocabulary where the real model cannot go.
+    #[arg(long, requires = "tokenizer_from", conflicts_with = "preset")]
+    tokenizer_only: bool,
     /// Where to write the .gguf.
     #[arg(long)]
     out: PathBuf,
@@ -62,13 +70,19 @@ struct SynthArgs {
 
 fn synth(args: SynthArgs) -> Result<ExitCode, String> {
     use specula_engine::synth;
-    let spec = synth::Spec::preset(&args.preset, args.seed).map_err(|e| e.to_string())?;
     let tokenizer = match &args.tokenizer_from {
         Some(path) => synth::tokenizer_of(path).map_err(|e| e.to_string())?,
         None => synth::tiny_tokenizer(),
     };
     let started = std::time::Instant::now();
-    synth::write(&spec, &tokenizer, &args.out).map_err(|e| e.to_string())?;
+    match &args.preset {
+        Some(preset) => {
+            let spec = synth::Spec::preset(preset, args.seed).map_err(|e| e.to_string())?;
+            synth::write(&spec, &tokenizer, &args.out)
+        }
+        None => synth::write_tokenizer_header(&tokenizer, &args.out),
+    }
+    .map_err(|e| e.to_string())?;
     let bytes = std::fs::metadata(&args.out).map(|m| m.len()).unwrap_or(0);
     eprintln!("{}: {} MB in {:.1} s", args.out.display(), bytes / 1_000_000, started.elapsed().as_secs_f64());
     Ok(ExitCode::SUCCESS)
@@ -214,6 +228,7 @@ fn main() -> ExitCode {
         Command::Pull(args) => library::pull(args).map(|()| ExitCode::SUCCESS),
         Command::Models(args) => library::models(args).map(|()| ExitCode::SUCCESS),
         Command::Synth(args) => synth(args),
+        Command::DeviceCheck(args) => device_check::device_check(args),
     };
     match result {
         Ok(code) => code,

@@ -80,7 +80,7 @@ fn prompt_processing(model: &mut CachedModel, depth: &[u32], pp: &[u32]) -> Resu
 }
 
 /// `tg` single-token passes after `depth`, each feeding the previous argmax: tokens per second.
-fn generation(model: &mut CachedModel, depth: &[u32], tg: usize) -> Result<f64, String> {
+pub fn generation(model: &mut CachedModel, depth: &[u32], tg: usize) -> Result<f64, String> {
     model.truncate(0);
     model.prefill(depth).map_err(|e| e.to_string())?;
     let mut next = depth.last().copied().unwrap_or(1000);

@@ -39,7 +39,7 @@ pub struct Spec {
 }
 
 /// The sizes `specula synth --preset` knows.
-pub const PRESETS: &[&str] = &["tiny", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b"];
+pub const PRESETS: &[&str] = &["tiny", "tiny-q4k", "tiny-q5", "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b"];
 
 impl Spec {
     pub fn preset(name: &str, seed: u64) -> Result<Self> {
@@ -74,6 +74,20 @@ impl Spec {
                 output: GgmlDType::F32,
                 tied: false,
                 seed,
+            },
+            // Tiny again, in the quantized types of the real pair's files, so that a check of
+            // exactness on a device runs its quantized matmuls in seconds: the 1.5B's types
+            // (Q4_K, Q6_K down, Q8_0 output) and the 0.5B's (Q5_0, Q8_0 tied).
+            "tiny-q4k" => Spec {
+                output: GgmlDType::Q8_0,
+                context: 512,
+                ..qwen("tiny-q4k", 2, 256, 4, 2, 512, GgmlDType::Q4K, false)
+            },
+            "tiny-q5" => Spec {
+                output: GgmlDType::Q8_0,
+                down: GgmlDType::Q5_0,
+                context: 512,
+                ..qwen("tiny-q5", 2, 256, 4, 2, 512, GgmlDType::Q5_0, true)
             },
             // The shapes of Qwen2.5(-Coder) 0.5B, 1.5B and 7B Instruct, as their Q4_K_M files.
             "qwen2.5-0.5b" => Spec {
@@ -230,6 +244,19 @@ pub fn write(spec: &Spec, tokenizer: &[(String, Value)], path: impl AsRef<Path>)
     let file = std::fs::File::create(path).map_err(io)?;
     let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
     write_gguf(&mut out, &metadata, &tensors).map_err(io)?;
+    out.flush().map_err(io)
+}
+
+/// A GGUF of `tokenizer`'s metadata alone, no tensors: what [`tokenizer_of`] needs to give
+/// synthetic models a real vocabulary where the real model cannot travel (Qwen2.5's is 7 MB
+/// against the model's 1 GB).
+pub fn write_tokenizer_header(tokenizer: &[(String, Value)], path: impl AsRef<Path>) -> Result<()> {
+    let path = path.as_ref();
+    vocab_size(tokenizer)?;
+    let io = |source| Error::Io { path: path.to_path_buf(), source };
+    let file = std::fs::File::create(path).map_err(io)?;
+    let mut out = std::io::BufWriter::new(file);
+    write_gguf(&mut out, tokenizer, &[]).map_err(io)?;
     out.flush().map_err(io)
 }
 
@@ -463,6 +490,21 @@ mod tests {
         write(&spec, &tiny_tokenizer(), &a).unwrap();
         write(&spec, &tiny_tokenizer(), &b).unwrap();
         assert_eq!(std::fs::read(a).unwrap(), std::fs::read(b).unwrap());
+    }
+
+    #[test]
+    fn a_tokenizer_header_gives_synthetic_models_the_same_vocabulary() {
+        let dir = tempfile::tempdir().unwrap();
+        let header = dir.path().join("header.gguf");
+        write_tokenizer_header(&tiny_tokenizer(), &header).unwrap();
+        let copied = tokenizer_of(&header).unwrap();
+        assert_eq!(copied.len(), tiny_tokenizer().len());
+        for preset in ["tiny-q4k", "tiny-q5"] {
+            let path = dir.path().join(format!("{preset}.gguf"));
+            write(&Spec::preset(preset, 1).unwrap(), &copied, &path).unwrap();
+            let model = LoadedModel::load(&path, &candle_core::Device::Cpu, 64).unwrap();
+            assert_eq!(model.info.vocab_size, 259, "{preset}");
+        }
     }
 
     #[test]
