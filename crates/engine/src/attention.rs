@@ -105,9 +105,45 @@ impl CustomOp3 for RowExactAttention {
 }
 
 /// One query over the first `len` cached positions: softmax(q·k / sqrt(d)) · v into `dst`.
+/// With FMA (checked once per process) the same arithmetic in fused multiply-adds on AVX2
+/// registers; a process keeps one path, so a row's result still never depends on its batch.
 fn attend_one(query: &[f32], keys: &[f32], values: &[f32], len: usize, scale: f32, dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_fma() {
+        // SAFETY: the CPU has AVX2 and FMA (checked above).
+        return unsafe { attend_one_fma(query, keys, values, len, scale, dst) };
+    }
+    attend_one_with::<false>(query, keys, values, len, scale, dst)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn has_fma() -> bool {
+    static FMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FMA.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn attend_one_fma(query: &[f32], keys: &[f32], values: &[f32], len: usize, scale: f32, dst: &mut [f32]) {
+    attend_one_with::<true>(query, keys, values, len, scale, dst)
+}
+
+#[inline(always)]
+fn attend_one_with<const FMA: bool>(
+    query: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    len: usize,
+    scale: f32,
+    dst: &mut [f32],
+) {
     let d = query.len();
-    let mut scores: Vec<f32> = (0..len).map(|j| dot(query, &keys[j * d..][..d]) * scale).collect();
+    // Plain loops, no closures: a closure is compiled without the caller's target features,
+    // and `mul_add` there becomes a call to libm's `fmaf`.
+    let mut scores = vec![0f32; len];
+    for (j, score) in scores.iter_mut().enumerate() {
+        *score = dot::<FMA>(query, &keys[j * d..][..d]) * scale;
+    }
     let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0f32;
     for s in scores.iter_mut() {
@@ -117,16 +153,34 @@ fn attend_one(query: &[f32], keys: &[f32], values: &[f32], len: usize, scale: f3
     dst.fill(0.0);
     for (j, &w) in scores.iter().enumerate() {
         for (o, &x) in dst.iter_mut().zip(&values[j * d..][..d]) {
-            *o += w * x;
+            *o = multiply_add::<FMA>(w, x, *o);
         }
     }
     let inv = 1.0 / sum;
-    dst.iter_mut().for_each(|o| *o *= inv);
+    for o in dst.iter_mut() {
+        *o *= inv;
+    }
 }
 
-/// A dot product with eight independent accumulators, so the compiler vectorizes it;
-/// the summation order is fixed, which keeps results reproducible.
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+/// `a · b + c`, fused where the path has FMA (where it has not, `mul_add` would be a slow call).
+#[inline(always)]
+fn multiply_add<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
+    if FMA {
+        a.mul_add(b, c)
+    } else {
+        a * b + c
+    }
+}
+
+/// A dot product, summed in a fixed order, which keeps results reproducible.
+#[inline(always)]
+fn dot<const FMA: bool>(a: &[f32], b: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if FMA {
+        // SAFETY: `FMA` is true only on the path `has_fma` chose.
+        return unsafe { dot_fma(a, b) };
+    }
+    // Eight independent accumulators, so the compiler vectorizes it.
     let mut acc = [0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
     let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
@@ -136,6 +190,37 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
         }
     }
     acc.iter().sum::<f32>() + tail
+}
+
+/// Four registers of eight products in flight (so the fused adds do not wait on one another),
+/// then one fixed tree of adds.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_fma(a: &[f32], b: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let n = a.len().min(b.len());
+    let (pa, pb) = (a.as_ptr(), b.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    while i + 32 <= n {
+        for (r, acc) in acc.iter_mut().enumerate() {
+            *acc = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i + 8 * r)), _mm256_loadu_ps(pb.add(i + 8 * r)), *acc);
+        }
+        i += 32;
+    }
+    while i + 8 <= n {
+        acc[0] = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), acc[0]);
+        i += 8;
+    }
+    let v = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    let q = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let h = _mm_add_ps(q, _mm_movehl_ps(q, q));
+    let mut sum = _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps::<1>(h, h)));
+    while i < n {
+        sum = a[i].mul_add(b[i], sum);
+        i += 1;
+    }
+    sum
 }
 
 #[cfg(test)]
@@ -177,6 +262,19 @@ mod tests {
                 .unwrap();
             for (a, b) in ours.iter().zip(&theirs) {
                 assert!((a - b).abs() < 1e-5, "window {window:?}: {a} vs {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_fused_dot_product_agrees_with_the_plain_one_at_every_length() {
+        #[cfg(target_arch = "x86_64")]
+        if has_fma() {
+            let a = random((1, 1, 200), 11).flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            let b = random((1, 1, 200), 12).flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            for len in [1, 7, 8, 31, 32, 33, 64, 127, 128, 200] {
+                let (fused, plain) = (dot::<true>(&a[..len], &b[..len]), dot::<false>(&a[..len], &b[..len]));
+                assert!((fused - plain).abs() < 1e-5, "length {len}: {fused} vs {plain}");
             }
         }
     }
