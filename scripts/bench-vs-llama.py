@@ -12,6 +12,7 @@ is given raw to both). Writes bench/vs-llama.json (the CPU and its flags include
 the table with the ratios. llama.cpp is built by scripts/llama-cpp.sh (about 10 minutes once).
 
     scripts/bench-vs-llama.py [--limit 5] [--rounds 3] [--out bench/vs-llama.json]
+    scripts/bench-vs-llama.py --speed-only --rounds 2     # step 1 alone -> bench/speed-vs-llama.json
 """
 import argparse
 import json
@@ -24,6 +25,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+TARGET_DIR = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
 MODELS = Path(os.environ.get("SPECULA_MODELS_DIR", Path.home() / ".cache/specula/models"))
 TARGET = MODELS / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 DRAFT = MODELS / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
@@ -43,17 +45,40 @@ def cpu():
     return {"model": model.group(1).strip() if model else "?", "flags": have, "cores": os.cpu_count()}
 
 
+def prompt_tokens(depth):
+    """At a depth the prompt is not measured: what a long context slows is decoding (and the
+    1,500 tokens before each measurement already cost a prefill apiece)."""
+    return "0" if depth else "512"
+
+
 def llama_bench(bin_dir, model, depth):
-    out = run([bin_dir / "llama-bench", "-m", model, "-p", "512", "-n", "128", "-d", str(depth),
+    out = run([bin_dir / "llama-bench", "-m", model, "-p", prompt_tokens(depth), "-n", "128", "-d", str(depth),
                "-t", THREADS, "-r", "3", "-o", "json"]).stdout
     return {("pp512" if r["n_prompt"] else "tg128"): r["avg_ts"] for r in json.loads(out)}
 
 
 def specula_speed(specula, model, depth):
-    out = ROOT / "target" / "speed.json"
-    run([specula, "speed", "--model", model, "--pp", "512", "--tg", "128", "--depth", str(depth),
+    out = TARGET_DIR / "speed.json"
+    run([specula, "speed", "--model", model, "--pp", prompt_tokens(depth), "--tg", "128", "--depth", str(depth),
          "--repeat", "3", "--json", out])
     return {r["test"].split(" ")[0]: r["tokens_per_second"] for r in json.loads(out.read_text())["results"]}
+
+
+def speed_rounds(specula, bin_dir, rounds):
+    """llama-bench and `specula speed` on each model and depth, alternating which goes first
+    each round: one row per (round, model, depth) with both figures and their ratio."""
+    rows = []
+    for r in range(rounds):
+        for model in (TARGET, DRAFT):
+            for depth in (0, 1500):
+                order = [("specula", specula_speed, specula), ("llama.cpp", llama_bench, bin_dir)]
+                got = {who: fn(arg, model, depth) for who, fn, arg in (order if r % 2 == 0 else order[::-1])}
+                row = {"round": r + 1, "model": model.stem, "depth": depth, "llama_cpp": got["llama.cpp"],
+                       "specula": got["specula"],
+                       "ratio": {t: round(got["specula"][t] / got["llama.cpp"][t], 3) for t in got["specula"]}}
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    return rows
 
 
 def chatml(user):
@@ -90,29 +115,23 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--out", default=str(ROOT / "bench" / "vs-llama.json"))
+    ap.add_argument("--speed-only", action="store_true",
+                    help="only llama-bench against specula speed, written to bench/speed-vs-llama.json")
     args = ap.parse_args()
 
     bin_dir = Path(run([ROOT / "scripts" / "llama-cpp.sh"]).stdout.strip())
     run(["cargo", "build", "--quiet", "--release", "-p", "specula-cli"], cwd=ROOT)
-    specula = ROOT / "target" / "release" / "specula"
+    specula = TARGET_DIR / "release" / "specula"
+    if args.speed_only:
+        report = {"command": f"scripts/bench-vs-llama.py --speed-only --rounds {args.rounds}", "cpu": cpu(),
+                  "llama_cpp": "llama-cpp-python 0.3.36 sdist's vendored tree, scripts/llama-cpp.sh (Release, GGML_NATIVE)",
+                  "date": time.strftime("%Y-%m-%d %H:%M"), "rounds": speed_rounds(specula, bin_dir, args.rounds)}
+        (ROOT / "bench" / "speed-vs-llama.json").write_text(json.dumps(report, indent=2) + "\n")
+        return 0
     report = {"cpu": cpu(), "date": time.strftime("%Y-%m-%d %H:%M"), "threads": int(THREADS), "speed": [], "prompts": []}
 
     # 1. llama-bench vs specula speed, alternating which goes first each round.
-    for model, name in [(TARGET, "target"), (DRAFT, "draft")]:
-        for depth in (0, 1500):
-            ours, theirs = [], []
-            for r in range(args.rounds):
-                order = [("specula", specula_speed, specula), ("llama.cpp", llama_bench, bin_dir)]
-                for who, fn, arg in (order if r % 2 == 0 else order[::-1]):
-                    (ours if who == "specula" else theirs).append(fn(arg, model, depth))
-            row = {"model": name, "depth": depth}
-            for test in ("pp512", "tg128"):
-                row[test] = {"specula": statistics.median(o[test] for o in ours),
-                             "llama.cpp": statistics.median(t[test] for t in theirs)}
-                row[test]["ratio"] = row[test]["specula"] / row[test]["llama.cpp"]
-            report["speed"].append(row)
-            print(f"{name} depth {depth}: " + ", ".join(f"{t} {row[t]['specula']:.1f} vs {row[t]['llama.cpp']:.1f} "
-                  f"({row[t]['ratio']:.2f}x)" for t in ("pp512", "tg128")), flush=True)
+    report["speed"] = speed_rounds(specula, bin_dir, args.rounds)
 
     # 2. The bench prompts, plain and speculative, each program in turn.
     prompts = json.loads((ROOT / "crates/cli/prompts/bench.json").read_text())
@@ -122,7 +141,7 @@ def main():
         if taken[p["kind"]] > args.limit:
             continue
         text = chatml(p["prompt"])
-        prompt_file = ROOT / "target" / "bench-prompt.txt"
+        prompt_file = TARGET_DIR / "bench-prompt.txt"
         prompt_file.write_text(text)
         row = {"kind": p["kind"], "prompt": p["prompt"][:60]}
         plain_tps, plain_ids, _ = specula_generate(specula, prompt_file, args.tokens, "--drafter", "none")

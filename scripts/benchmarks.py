@@ -25,10 +25,11 @@ M = "M=~/.cache/specula/models; T=$M/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf; D=
 SECTIONS = {
     "speed-vs-llama.json": (
         "Beside llama.cpp, in one run",
-        "scripts/llama-cpp.sh; then, alternating per model and round: llama-bench -m MODEL -p 512 -n 128 -t 2 -r 3 -o json; "
-        "target/release/specula speed --model MODEL --pp 512 --tg 128 --repeat 3",
-        "Prompt processing of 512 tokens (pp512) and generation of 128 (tg128), in tokens per second, "
-        "the two programs alternating on the same GGUF files and threads. Ratios are Specula over llama.cpp.",
+        "scripts/bench-vs-llama.py --speed-only --rounds 2   # llama-bench -m MODEL -p 512 -n 128 [-d 1500 -p 0] -t 2 -r 3 "
+        "against specula speed --model MODEL --pp 512 --tg 128 [--depth 1500 --pp 0] --repeat 3, alternating",
+        "Prompt processing of 512 tokens (pp512) and generation of 128 (tg128), in tokens per second, on an empty "
+        "context and after 1,500 tokens (depth; generation only), the two programs alternating on the same GGUF files "
+        "and threads. Ratios are Specula over llama.cpp.",
     ),
     "kernels-model.json": (
         "Speculative vs plain, model draft (after the multi-row kernels)",
@@ -109,12 +110,13 @@ def speculative_tables(data: dict) -> str:
 
 
 def llama_tables(data: dict) -> str:
-    rows = [
-        [r["model"], r["round"], r["llama_cpp"]["pp512"], r["specula"]["pp512"], f"{r['ratio']['pp512']:.2f}",
-         r["llama_cpp"]["tg128"], r["specula"]["tg128"], f"{r['ratio']['tg128']:.2f}"]
-        for r in data["rounds"]
-    ]
-    header = ["model", "round", "llama.cpp pp512", "Specula pp512", "ratio", "llama.cpp tg128", "Specula tg128", "ratio"]
+    def cells(r, test):
+        if test not in r["specula"]:
+            return ["–", "–", "–"]
+        return [f"{r['llama_cpp'][test]:.1f}", f"{r['specula'][test]:.1f}", f"{r['ratio'][test]:.2f}"]
+
+    rows = [[r["model"], r.get("depth", 0), r["round"], *cells(r, "pp512"), *cells(r, "tg128")] for r in data["rounds"]]
+    header = ["model", "depth", "round", "llama.cpp pp512", "Specula pp512", "ratio", "llama.cpp tg128", "Specula tg128", "ratio"]
     return f"llama.cpp: {data['llama_cpp']}.\n\n" + table(header, rows)
 
 
@@ -158,8 +160,13 @@ def readme_summary() -> str:
         data = json.loads(llama.read_text())
         for model in dict.fromkeys(r["model"] for r in data["rounds"]):
             rounds = [r for r in data["rounds"] if r["model"] == model]
-            span = lambda key: "-".join(dict.fromkeys(f"{f(r['ratio'][key] for r in rounds):.2f}" for f in (min, max)))
-            lines.append(f"- `{model}` beside llama.cpp ({data['date']}, same run): prompt processing {span('pp512')}x, generation {span('tg128')}x.")
+            span = lambda key, rows: "-".join(dict.fromkeys(f"{f(r['ratio'][key] for r in rows):.2f}" for f in (min, max)))
+            empty = [r for r in rounds if not r.get("depth")]
+            deep = [r for r in rounds if r.get("depth")]
+            text = f"prompt processing {span('pp512', empty)}x, generation {span('tg128', empty)}x"
+            if deep:
+                text += f", generation at {deep[0]['depth']} tokens of context {span('tg128', deep)}x"
+            lines.append(f"- `{model}` beside llama.cpp ({data['date']}, same run): {text}.")
     model = BENCH / "kernels-model.json"
     if model.exists():
         data = json.loads(model.read_text())
