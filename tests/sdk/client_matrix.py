@@ -86,8 +86,8 @@ def openai_features(base):
     return {
         "chat": lambda: bool(chat(messages=COUNT).choices[0].message.content),
         "stream": lambda: bool(stream(messages=COUNT)),
-        "stop (streamed = full)": lambda: stream(messages=COUNT, stop=[", 5"], max_tokens=24)
-        == chat(messages=COUNT, stop=[", 5"], max_tokens=24).choices[0].message.content,
+        "stop (streamed = full)": lambda: stream(messages=COUNT, stop=[", 5", ",5"], max_tokens=24)
+        == chat(messages=COUNT, stop=[", 5", ",5"], max_tokens=24).choices[0].message.content,
         "tools (auto)": lambda: chat(messages=ASK_WEATHER, tools=[WEATHER], max_tokens=40)
         .choices[0].message.tool_calls[0].function.name == "get_weather",
         "tool_choice required": lambda: chat(messages=[{"role": "user", "content": "Hi"}], tools=[WEATHER],
@@ -127,8 +127,8 @@ def litellm_features(base):
     return {
         "chat": lambda: bool(chat(messages=COUNT).choices[0].message.content),
         "stream": lambda: bool(stream(messages=COUNT)),
-        "stop (streamed = full)": lambda: stream(messages=COUNT, stop=[", 5"], max_tokens=24)
-        == chat(messages=COUNT, stop=[", 5"], max_tokens=24).choices[0].message.content,
+        "stop (streamed = full)": lambda: stream(messages=COUNT, stop=[", 5", ",5"], max_tokens=24)
+        == chat(messages=COUNT, stop=[", 5", ",5"], max_tokens=24).choices[0].message.content,
         "tools (auto)": lambda: chat(messages=ASK_WEATHER, tools=[WEATHER], max_tokens=40)
         .choices[0].message.tool_calls[0].function.name == "get_weather",
         "tool_choice required": lambda: chat(messages=[{"role": "user", "content": "Hi"}], tools=[WEATHER],
@@ -166,8 +166,8 @@ def langchain_features(base):
     return {
         "chat": lambda: bool(llm().invoke(ask).content),
         "stream": lambda: bool("".join(c.content for c in llm().stream(ask))),
-        "stop (streamed = full)": lambda: "".join(c.content for c in llm(max_tokens=24).stream(ask, stop=[", 5"]))
-        == llm(max_tokens=24).invoke(ask, stop=[", 5"]).content,
+        "stop (streamed = full)": lambda: "".join(c.content for c in llm(max_tokens=24).stream(ask, stop=[", 5", ",5"]))
+        == llm(max_tokens=24).invoke(ask, stop=[", 5", ",5"]).content,
         "tools (auto)": lambda: llm(max_tokens=40).bind_tools([get_weather]).invoke(ASK_WEATHER[0]["content"])
         .tool_calls[0]["name"] == "get_weather",
         "tool_choice required": lambda: llm(max_tokens=40).bind_tools([get_weather], tool_choice="required")
