@@ -53,8 +53,8 @@ SECTIONS = {
         "As the code sweep, on prose.",
     ),
     "auto.json": (
-        "Auto k over every set (before the kernels)",
-        f"{M}; target/release/specula bench --model $T --draft $D --k auto --limit 3 --json bench/auto.json",
+        "Auto k over every set",
+        f"{M}; target/release/specula bench --model $T --draft $D --k auto --limit 5 --json bench/auto.json",
         "Auto k alone, code then prose then edit prompts in one session.",
     ),
     "code.json": (

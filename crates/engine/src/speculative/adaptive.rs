@@ -88,6 +88,11 @@ const PLAIN_EVERY: usize = 32;
 /// model; a large one (twice plain's time per token) overrules it after one step.
 const REALIZED_STEPS: f64 = 4.0;
 const LARGE_LOSS: f64 = 2.0;
+/// Drafting steps a probe is owed before it is judged, as long as drafting could pay at all:
+/// one step is one sample of acceptance. Judged after one, a probe whose first draft was
+/// rejected (always twice plain's time for its one token) stopped drafting for the code set,
+/// whose acceptance is 0.93, on every reply of a 15-prompt bench.
+const PROBE_STEPS: usize = 4;
 /// How much slower than plain drafting may run, realized, before auto stops it: within the
 /// noise of the measurements, not a loss anyone notices.
 const TOLERATED_LOSS: f64 = 0.03;
@@ -115,6 +120,11 @@ pub struct CostModel {
     realized_steps: f64,
     /// Drafting was stopped for losing: only a probe restarts it.
     suppressed: bool,
+    /// Drafting steps the current probe is still owed ([`PROBE_STEPS`]).
+    trial: usize,
+    /// The last drafting step took over LARGE_LOSS times what the measured costs say it should:
+    /// the host itself got slower, which one step suffices to show (a rejected draft does not).
+    overrun: bool,
     /// Running mean wall time of a plain step, overheads included.
     plain_step_ms: Option<f64>,
 }
@@ -144,6 +154,8 @@ impl CostModel {
             realized_ms: 0.0,
             realized_steps: 0.0,
             suppressed: false,
+            trial: 0,
+            overrun: false,
             plain_step_ms: None,
         }
     }
@@ -167,6 +179,7 @@ impl CostModel {
             return;
         }
         self.since_draft = 0;
+        self.trial = self.trial.saturating_sub(1);
         self.draft_ms = ema(self.draft_ms, ms / k as f64);
         // Geometric model: each kept draft is a success; the first rejection is one failure.
         let (hits, trials) = (accepted as f64, (accepted + usize::from(accepted < k)) as f64);
@@ -181,6 +194,7 @@ impl CostModel {
             self.plain_step_ms = ema(self.plain_step_ms, ms);
             return;
         }
+        self.overrun = self.step_cost(k).is_some_and(|cost| ms > LARGE_LOSS * cost);
         // The last few drafting steps count most: the host's load can change under us.
         let keep = 1.0 - EMA;
         self.realized_tokens = self.realized_tokens * keep + tokens as f64;
@@ -188,11 +202,16 @@ impl CostModel {
         self.realized_steps += 1.0;
     }
 
+    /// What a step drafting `k` costs by the measured draft and pass times.
+    fn step_cost(&self, k: usize) -> Option<f64> {
+        Some(k as f64 * self.draft_ms? + self.verify_cost(k + 1)?)
+    }
+
     /// Whether drafting, as realized, has been slower than plain decoding (beyond the noise).
     fn drafting_loses(&self) -> bool {
         let (Some(plain), true) = (self.plain_step_ms, self.realized_steps > 0.0) else { return false };
         let per_token = self.realized_ms / self.realized_tokens.max(1.0);
-        per_token > plain * LARGE_LOSS
+        (per_token > plain * LARGE_LOSS && (self.overrun || self.realized_steps >= 2.0))
             || (self.realized_steps >= REALIZED_STEPS && per_token > plain * (1.0 + TOLERATED_LOSS))
     }
 
@@ -301,6 +320,7 @@ impl CostModel {
     fn auto_k(&mut self, max: usize, backlog: usize) -> usize {
         // The first probe drafts a few tokens so that it also measures a wider pass.
         if self.draft_ms.is_none() {
+            self.trial = PROBE_STEPS;
             return max.min(3);
         }
         // Whatever the model predicts, drafting that has really been slower stops, and waits
@@ -315,10 +335,14 @@ impl CostModel {
             self.realized_ms = 0.0;
             self.realized_steps = 0.0;
             self.suppressed = true;
+            self.trial = 0;
             self.probe_interval = (self.probe_interval * 2).min(MAX_PROBE_INTERVAL);
             return 0;
         }
         let best = self.best_k(max);
+        if self.trial > 0 && self.could_pay(max, backlog) {
+            return best.max(1);
+        }
         tracing::debug!(
             best,
             backlog,
@@ -338,8 +362,9 @@ impl CostModel {
             if best == 0 {
                 self.probe_interval = (self.probe_interval * 2).min(MAX_PROBE_INTERVAL);
             }
-            // The cheapest probe: one draft. Its realized rate, or the model's view of its
-            // measurements, decides what follows.
+            // The cheapest probe: one draft a step, for a few steps. Their realized rate, or
+            // the model's view of their measurements, decides what follows.
+            self.trial = PROBE_STEPS;
             return max.min(1);
         }
         let resumes_paying =
@@ -480,15 +505,18 @@ mod tests {
         }
     }
 
-    /// Plain decoding for `steps`, then the steps at which auto would return to the draft,
-    /// with a drafter that falls behind by one token per plain step.
+    /// Plain decoding for `steps`, then the steps at which auto would return to the draft
+    /// (the first step of each probe), with a drafter that falls behind by one token per plain
+    /// step.
     fn probes_over(m: &mut CostModel, steps: usize) -> Vec<usize> {
         let mut backlog = 0;
         let mut probes = Vec::new();
         for step in 0..steps {
             let k = m.next_k(KSetting::Auto { max: 8 }, backlog);
             if k > 0 {
-                probes.push(step);
+                if backlog > 0 || probes.is_empty() {
+                    probes.push(step);
+                }
                 backlog = 0;
                 m.record_draft(k, 0, 40.0 * k as f64);
             } else {
@@ -598,6 +626,26 @@ mod tests {
         let plain_total = tokens as f64 * 100.0;
         assert!(total < plain_total / 0.97, "{:.3}x of plain, {drafting} drafting steps", plain_total / total);
         assert!(drafting < 12, "{drafting} drafting steps");
+    }
+
+    #[test]
+    fn one_rejected_probe_does_not_stop_a_draft_that_could_pay() {
+        // This CPU's costs: a 55 ms step, 15 ms an extra verified token, a 20 ms draft.
+        let mut m = CostModel::new();
+        for n in 1..=9 {
+            m.record_verify(n, 55.0 + 15.0 * (n - 1) as f64);
+        }
+        m.record_step(0, 1, 55.0);
+        let k = m.next_k(KSetting::Auto { max: 8 }, 0);
+        assert_eq!(k, 3, "the first probe");
+        m.record_draft(k, 0, 60.0);
+        // It cost what the measured costs say (no slower host), for one token.
+        m.record_step(k, 1, 60.0 + 100.0);
+        assert!(m.next_k(KSetting::Auto { max: 8 }, 0) > 0, "one rejection is one sample");
+        // A step that costs far more than the measured costs do is a slower host: it stops.
+        m.record_draft(1, 1, 20.0);
+        m.record_step(1, 2, 1000.0);
+        assert_eq!(m.next_k(KSetting::Auto { max: 8 }, 0), 0);
     }
 
     #[test]
