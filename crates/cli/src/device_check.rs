@@ -197,6 +197,9 @@ fn load(path: &Path, device: &candle_core::Device) -> Result<LoadedModel, String
 fn input(model: &LoadedModel, len: usize) -> Result<Vec<u32>, String> {
     let text = "fn main() {\n    let numbers = vec![1, 2, 3, 4, 5];\n    println!(\"{}\", numbers.len());\n}\n";
     let mut ids = model.tokenizer.encode(text).map_err(|e| e.to_string())?;
+    if ids.is_empty() {
+        return Err("the tokenizer encodes the check's text as no tokens".into());
+    }
     while ids.len() < len {
         ids.extend_from_within(..);
     }
