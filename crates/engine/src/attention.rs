@@ -8,7 +8,6 @@
 use crate::error::Result;
 use crate::kv_cache::KvCache;
 use candle_core::{CpuStorage, CustomOp3, DType, Layout, Shape, Tensor, D};
-use rayon::prelude::*;
 
 /// `q`: `[n_head, n, head_dim]` for positions `pos .. pos + n`, whose keys and values are
 /// already in `cache`. With a sliding `window`, position p sees only the `window` positions
@@ -89,20 +88,36 @@ impl CustomOp3 for RowExactAttention {
         let group = n_head / n_kv_head;
         let scale = 1.0 / (head_dim as f32).sqrt();
         let mut out = vec![0f32; n * n_head * head_dim];
-        // Output row-major [n, n_head, head_dim]: each chunk is one (query, head) pair.
-        out.par_chunks_mut(head_dim).enumerate().with_min_len(4).for_each(|(idx, dst)| {
-            let (i, h) = (idx / n_head, idx % n_head);
-            let kv_head = h / group;
-            let query = &q[(h * n + i) * head_dim..][..head_dim];
-            let p = self.pos + i;
-            let start = window_start(p, self.window);
-            let keys = &k[(kv_head * capacity + start) * head_dim..];
-            let values = &v[(kv_head * capacity + start) * head_dim..];
-            attend_one(query, keys, values, p + 1 - start, scale, dst);
-        });
+        let out_ptr = out.as_mut_ptr() as usize;
+        // Output row-major [n, n_head, head_dim]: item `idx` is one (query, head) pair.
+        let attend = |items: std::ops::Range<usize>| {
+            for idx in items {
+                let (i, h) = (idx / n_head, idx % n_head);
+                let kv_head = h / group;
+                let query = &q[(h * n + i) * head_dim..][..head_dim];
+                let p = self.pos + i;
+                let start = window_start(p, self.window);
+                let keys = &k[(kv_head * capacity + start) * head_dim..];
+                let values = &v[(kv_head * capacity + start) * head_dim..];
+                // SAFETY: each item owns its `head_dim` floats of `out`, inside its n · n_head · head_dim.
+                let dst =
+                    unsafe { std::slice::from_raw_parts_mut((out_ptr as *mut f32).add(idx * head_dim), head_dim) };
+                attend_one(query, keys, values, p + 1 - start, scale, dst);
+            }
+        };
+        // On the matmuls' pool (whose worker is spinning between them; rayon's sleeping
+        // threads had to be woken three times a layer), unless the work is too small to share.
+        let items = n * n_head;
+        match items * (self.kv_len - self.pos) * head_dim >= PARALLEL_WORK {
+            true => crate::kernels::parallel_items(items, 1, attend),
+            false => attend(0..items),
+        }
         Ok((CpuStorage::F32(out), Shape::from((n, n_head * head_dim))))
     }
 }
+
+/// Multiply-adds from which attention is split over threads.
+const PARALLEL_WORK: usize = 1 << 16;
 
 /// One query over the first `len` cached positions: softmax(q·k / sqrt(d)) · v into `dst`.
 /// With FMA (checked once per process) the same arithmetic in fused multiply-adds on AVX2
