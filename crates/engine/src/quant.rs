@@ -91,6 +91,42 @@ impl QLinear {
         })
     }
 
+    /// `[layer.forward(x) for layer in layers]`, in one matmul where the layers' weights are
+    /// all packed for the CPU kernels and share the input width: attention's q, k and v and
+    /// the MLP's gate and up, so the input is quantized once and the threads meet once.
+    pub fn forward_many<const N: usize>(layers: [&QLinear; N], x: &Tensor) -> Result<[Tensor; N]> {
+        let one_by_one = || try_map(layers, |layer| layer.forward(x));
+        let Some((&k, batch)) = x.dims().split_last() else { return one_by_one() };
+        let packed: Option<Vec<&Packed>> = layers
+            .iter()
+            .map(|layer| match &layer.weights {
+                Weights::Packed(packed) if layer.shape.1 == k => Some(packed),
+                _ => None,
+            })
+            .collect();
+        let Some(packed) = packed else { return one_by_one() };
+        let m: usize = batch.iter().product();
+        let x = x.contiguous()?;
+        let (storage, layout) = x.storage_and_layout();
+        let candle_core::Storage::Cpu(CpuStorage::F32(data)) = &*storage else {
+            drop(storage);
+            return one_by_one();
+        };
+        let lhs = &data[layout.start_offset()..layout.start_offset() + m * k];
+        let mut outs: Vec<Vec<f32>> = layers.iter().map(|layer| vec![0f32; m * layer.shape.0]).collect();
+        let mut dsts: Vec<&mut [f32]> = outs.iter_mut().map(Vec::as_mut_slice).collect();
+        Packed::matmul_many(&packed, m, lhs, &mut dsts)?;
+        let mut outs = outs.into_iter();
+        try_map(layers, |layer| {
+            let y =
+                Tensor::from_vec(outs.next().unwrap_or_default(), output_shape(batch, layer.shape.0), &Device::Cpu)?;
+            Ok(match &layer.bias {
+                Some(bias) => y.broadcast_add(bias)?,
+                None => y,
+            })
+        })
+    }
+
     /// A linear layer of the rows `ids` of this one (outputs in that order), where the weights
     /// are packed for the CPU kernels; `None` elsewhere.
     pub fn gather_rows(&self, ids: &[u32]) -> Result<Option<QLinear>> {
@@ -207,6 +243,15 @@ pub fn candle_matmul(
         GgmlDType::Q6K => typed::<k_quants::BlockQ6K>(mkn, lhs, weights, dst),
         other => candle_core::bail!("no CPU matmul for weight type {other:?}"),
     }
+}
+
+/// `f` over an array, stopping at the first error.
+fn try_map<T, U, const N: usize>(items: [T; N], mut f: impl FnMut(T) -> Result<U>) -> Result<[U; N]> {
+    let mut out = Vec::with_capacity(N);
+    for item in items {
+        out.push(f(item)?);
+    }
+    Ok(out.try_into().unwrap_or_else(|_| unreachable!("N items in, N out")))
 }
 
 fn output_shape(batch: &[usize], n: usize) -> Shape {

@@ -185,20 +185,55 @@ impl Packed {
 
     /// [`Self::matmul`] on a given path (which this CPU must have).
     pub fn matmul_on(&self, path: Path, m: usize, lhs: &[f32], dst: &mut [f32]) -> candle_core::Result<()> {
-        let (n, k) = (self.n, self.k);
-        if lhs.len() != m * k || dst.len() != m * n {
-            candle_core::bail!("matmul sizes: lhs {} dst {} for ({m}, {k}, {n})", lhs.len(), dst.len());
-        }
+        Self::matmul_many_on(path, &[self], m, lhs, &mut [dst])
+    }
+
+    /// `dsts[i][m, n_i] = lhs[m, k] · W_iᵀ` for matrices of one input width (attention's q, k
+    /// and v; the MLP's gate and up): the input quantized once per activation type, and one
+    /// split over the threads for all, so the threads meet once rather than once a matrix.
+    pub fn matmul_many(mats: &[&Packed], m: usize, lhs: &[f32], dsts: &mut [&mut [f32]]) -> candle_core::Result<()> {
+        Self::matmul_many_on(current_path(), mats, m, lhs, dsts)
+    }
+
+    fn matmul_many_on(
+        path: Path,
+        mats: &[&Packed],
+        m: usize,
+        lhs: &[f32],
+        dsts: &mut [&mut [f32]],
+    ) -> candle_core::Result<()> {
         if !path.available() {
             candle_core::bail!("this CPU cannot run the {} kernels", path.name());
         }
-        let shape = Shape { m, k, n, path };
-        match &self.data {
-            PackedData::Q4K(groups) => run::<BlockQ8K, Q8K, _, _>(shape, lhs, groups, dst, q4k::prepare, q4k::dot),
-            PackedData::Q6K(groups) => run::<BlockQ8K, Q8K, _, _>(shape, lhs, groups, dst, q6k::prepare, q6k::dot),
-            PackedData::Q5_0(groups) => run::<BlockQ8_0, Q8_0, _, _>(shape, lhs, groups, dst, q5_0::prepare, q5_0::dot),
-            PackedData::Q8_0(groups) => run::<BlockQ8_0, Q8_0, _, _>(shape, lhs, groups, dst, q8_0::prepare, q8_0::dot),
+        if mats.len() != dsts.len() {
+            candle_core::bail!("{} matrices and {} outputs", mats.len(), dsts.len());
         }
+        for (mat, dst) in mats.iter().zip(dsts.iter()) {
+            let (n, k) = (mat.n, mat.k);
+            if lhs.len() != m * k || dst.len() != m * n {
+                candle_core::bail!("matmul sizes: lhs {} dst {} for ({m}, {k}, {n})", lhs.len(), dst.len());
+            }
+        }
+        let k = mats.first().map_or(0, |mat| mat.k);
+        let needs = |types: &[GgmlDType]| mats.iter().any(|mat| types.contains(&mat.dtype));
+        let q8k = needs(&[GgmlDType::Q4K, GgmlDType::Q6K]).then(|| quantize_rows::<BlockQ8K>(lhs, m, k));
+        let q8_0 = needs(&[GgmlDType::Q5_0, GgmlDType::Q8_0]).then(|| quantize_rows::<BlockQ8_0>(lhs, m, k));
+        let (q8k, q8_0) = (q8k.as_deref().unwrap_or(&[]), q8_0.as_deref().unwrap_or(&[]));
+        let jobs = mats
+            .iter()
+            .zip(dsts.iter_mut())
+            .map(|(mat, dst)| {
+                let shape = Shape { m, k, n: mat.n, path };
+                match &mat.data {
+                    PackedData::Q4K(g) => job::<BlockQ8K, Q8K, _, _>(shape, q8k, g, dst, q4k::prepare, q4k::dot),
+                    PackedData::Q6K(g) => job::<BlockQ8K, Q8K, _, _>(shape, q8k, g, dst, q6k::prepare, q6k::dot),
+                    PackedData::Q5_0(g) => job::<BlockQ8_0, Q8_0, _, _>(shape, q8_0, g, dst, q5_0::prepare, q5_0::dot),
+                    PackedData::Q8_0(g) => job::<BlockQ8_0, Q8_0, _, _>(shape, q8_0, g, dst, q8_0::prepare, q8_0::dot),
+                }
+            })
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        run(&jobs);
+        Ok(())
     }
 
     /// A matrix of the rows `ids` of this one, in that order (a draft's output layer cut down
@@ -320,27 +355,32 @@ struct Shape {
 /// and lane)`.
 type Dot<G, A> = fn(Path, &[G], &[A], usize, &mut [[f32; COLS]]);
 
-/// Quantize the activation rows once (candle's `Act` blocks, seen as their mirror `M`),
-/// prepare them for the kernel (sums it would otherwise recompute for every column group),
-/// then split (row tile, column group) items over candle's thread pool, row-tile major.
-fn run<Act: Quantize, M, A: Send + Sync, G: Sync>(
+/// One matrix's share of a matmul: its (row tile, column group) items, row-tile major.
+struct Job<'a> {
+    items: usize,
+    run: Box<dyn Fn(std::ops::Range<usize>) + Sync + 'a>,
+}
+
+/// The job of one matrix: the activations (quantized, candle's `Act` blocks) prepared for the
+/// kernel (sums it would otherwise recompute for every column group), and a closure that
+/// multiplies a range of items.
+fn job<'a, Act: Quantize, M, A: Send + Sync + 'a, G: Sync>(
     Shape { m, k, n, path }: Shape,
-    lhs: &[f32],
-    groups: &[G],
-    dst: &mut [f32],
+    quantized: &[Act],
+    groups: &'a [G],
+    dst: &'a mut [f32],
     prepare: fn(&M) -> A,
     dot: Dot<G, A>,
-) -> candle_core::Result<()> {
+) -> candle_core::Result<Job<'a>> {
     let per_row = k / Act::BLCK_SIZE;
     let column_groups = n.div_ceil(COLS);
-    if k % Act::BLCK_SIZE != 0 || groups.len() != column_groups * per_row {
+    if k % Act::BLCK_SIZE != 0 || groups.len() != column_groups * per_row || quantized.len() != m * per_row {
         candle_core::bail!("{} weight groups do not make [{n}, {k}]", groups.len());
     }
-    let acts = quantize_rows::<Act, M, A>(lhs, m, k, prepare);
-    let tiles = m.div_ceil(ROW_TILE);
+    let acts: Vec<A> = cast_blocks::<Act, M>(quantized).iter().map(prepare).collect();
     let dst_ptr = dst.as_mut_ptr() as usize;
     let max_group = path.max_group();
-    parallel_items(tiles * column_groups, MIN_GRAB, |items| {
+    let run = move |items: std::ops::Range<usize>| {
         let mut out = [[0f32; COLS]; ROW_TILE];
         for item in items {
             let (tile, group) = (item / column_groups, item % column_groups);
@@ -366,14 +406,30 @@ fn run<Act: Quantize, M, A: Send + Sync, G: Sync>(
                     let column = group * COLS + c;
                     if column < n {
                         // SAFETY: each (row, column) belongs to exactly one item, so no two
-                        // workers write the same element, and row * n + column < m * n.
+                        // workers write the same element, and row * n + column < m * n, the
+                        // length of `dst`, which this closure borrows.
                         unsafe { *(dst_ptr as *mut f32).add(row * n + column) = value };
                     }
                 }
             }
         }
+    };
+    Ok(Job { items: m.div_ceil(ROW_TILE) * column_groups, run: Box::new(run) })
+}
+
+/// The jobs' items in one split over candle's thread pool.
+fn run(jobs: &[Job]) {
+    let total = jobs.iter().map(|job| job.items).sum();
+    parallel_items(total, MIN_GRAB, |range| {
+        let mut offset = 0;
+        for job in jobs {
+            let (start, end) = (range.start.max(offset), range.end.min(offset + job.items));
+            if start < end {
+                (job.run)(start - offset..end - offset);
+            }
+            offset += job.items;
+        }
     });
-    Ok(())
 }
 
 /// Fewest column groups a thread takes at once: enough to amortize the shared cursor.
@@ -424,32 +480,24 @@ impl Quantize for BlockQ8_0 {
 /// (where it was 7% of a prefill on one thread), not a decoding step's or a verification's.
 const PARALLEL_QUANTIZE_ROWS: usize = 32;
 
-/// Each row of `lhs` quantized to `Act` blocks (seen as their mirror `M`) and prepared for the
-/// kernel, row-major. A row's blocks depend on that row alone, so splitting the rows over
-/// threads changes no bit.
-fn quantize_rows<Act: Quantize, M, A: Send + Sync>(lhs: &[f32], m: usize, k: usize, prepare: fn(&M) -> A) -> Vec<A> {
+/// Each row of `lhs` quantized to `Act` blocks, row-major. A row's blocks depend on that row
+/// alone, so splitting the rows over threads changes no bit.
+fn quantize_rows<Act: Quantize>(lhs: &[f32], m: usize, k: usize) -> Vec<Act> {
     let per_row = k / Act::BLCK_SIZE;
-    let mut acts: Vec<A> = Vec::with_capacity(m * per_row);
-    let acts_ptr = acts.as_mut_ptr() as usize;
+    let mut blocks = vec![Act::zeros(); m * per_row];
+    let blocks_ptr = blocks.as_mut_ptr() as usize;
     let quantize = |rows: std::ops::Range<usize>| {
-        let mut blocks = vec![Act::zeros(); per_row];
         for row in rows {
-            Act::quantize(&lhs[row * k..(row + 1) * k], &mut blocks);
-            for (b, block) in cast_blocks::<Act, M>(&blocks).iter().enumerate() {
-                // SAFETY: each row's slots belong to one call, and row * per_row + b < the
-                // capacity m * per_row.
-                unsafe { (acts_ptr as *mut A).add(row * per_row + b).write(prepare(block)) };
-            }
+            // SAFETY: each row's blocks belong to one call, inside the m * per_row of `blocks`.
+            let out = unsafe { std::slice::from_raw_parts_mut((blocks_ptr as *mut Act).add(row * per_row), per_row) };
+            Act::quantize(&lhs[row * k..(row + 1) * k], out);
         }
     };
     match m >= PARALLEL_QUANTIZE_ROWS {
-        true => candle_core::utils::barrier_pool().execute_chunked(m, quantize),
+        true => parallel_items(m, 1, quantize),
         false => quantize(0..m),
     }
-    // SAFETY: every slot below m * per_row was written above (a panic in a worker would have
-    // been resumed before this line).
-    unsafe { acts.set_len(m * per_row) };
-    acts
+    blocks
 }
 
 /// The blocks behind a CPU `QTensor`'s bytes, as candle's block type or this module's mirror

@@ -173,3 +173,29 @@ fn gathered_rows_multiply_as_the_rows_of_the_whole() {
         assert!(whole.gather_rows(&[30]).is_err());
     }
 }
+
+#[test]
+fn matrices_multiplied_together_give_what_each_gives_alone() {
+    // Every type at once, so both activation types are quantized once and shared.
+    let k = 512;
+    let shapes = [(GgmlDType::Q4K, 24), (GgmlDType::Q6K, 9), (GgmlDType::Q5_0, 17), (GgmlDType::Q8_0, 8)];
+    let mats: Vec<Packed> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, &(dtype, n))| {
+            let w = Tensor::from_vec(random(n * k, 20 + i as u64, 1.0), (n, k), &Device::Cpu).unwrap();
+            Packed::new(dtype, n, k, &QTensor::quantize(&w, dtype).unwrap().data().unwrap()).unwrap().unwrap()
+        })
+        .collect();
+    for m in [1, 5, 40] {
+        let lhs = random(m * k, 30 + m as u64, 3.0);
+        let mut together: Vec<Vec<f32>> = shapes.iter().map(|&(_, n)| vec![0f32; m * n]).collect();
+        let mut dsts: Vec<&mut [f32]> = together.iter_mut().map(Vec::as_mut_slice).collect();
+        Packed::matmul_many(&mats.iter().collect::<Vec<_>>(), m, &lhs, &mut dsts).unwrap();
+        for ((mat, &(dtype, n)), together) in mats.iter().zip(&shapes).zip(&together) {
+            let mut alone = vec![0f32; m * n];
+            mat.matmul(m, &lhs, &mut alone).unwrap();
+            assert_eq!(&alone, together, "{dtype:?} at m = {m}");
+        }
+    }
+}

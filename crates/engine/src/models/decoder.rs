@@ -473,24 +473,25 @@ impl Layer {
                 None => Ok(t),
             }
         };
-        let q = norm(heads(self.q.forward(&h)?, cfg.n_head)?, &self.q_norm)?;
-        let k = norm(heads(self.k.forward(&h)?, cfg.n_kv_head)?, &self.k_norm)?;
+        let [q, k, v] = QLinear::forward_many([&self.q, &self.k, &self.v], &h)?;
+        let q = norm(heads(q, cfg.n_head)?, &self.q_norm)?;
+        let k = norm(heads(k, cfg.n_kv_head)?, &self.k_norm)?;
         let mut q = rotate(&q, &rotary.cos, &rotary.sin, cfg.rope_style)?;
         if let Some(scale) = cfg.quirks.query_scale {
             q = (q * scale as f64)?;
         }
         let k = rotate(&k, &rotary.cos, &rotary.sin, cfg.rope_style)?;
-        let v = heads(self.v.forward(&h)?, cfg.n_kv_head)?;
+        let v = heads(v, cfg.n_kv_head)?;
         cache.append(&k, &v)?;
         let attn = causal_attention(&q, cache, pos, self.window)?;
         let x = (x + norm(self.o.forward(&attn)?, &self.post_attn_norm)?)?;
         let h = candle_nn::ops::rms_norm(&x, &self.ffn_norm, cfg.rms_eps)?;
-        let gate = self.gate.forward(&h)?;
+        let [gate, up] = QLinear::forward_many([&self.gate, &self.up], &h)?;
         let gate = match cfg.quirks.activation {
             Activation::Silu => candle_nn::ops::silu(&gate)?,
             Activation::GeluTanh => gate.gelu()?,
         };
-        let out = self.down.forward(&(gate * self.up.forward(&h)?)?)?;
+        let out = self.down.forward(&(gate * up)?)?;
         Ok((x + norm(out, &self.post_ffn_norm)?)?)
     }
 }
