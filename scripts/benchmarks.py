@@ -57,6 +57,11 @@ SECTIONS = {
         f"{M}; target/release/specula bench --model $T --draft $D --k auto --limit 5 --json bench/auto.json",
         "Auto k alone, code then prose then edit prompts in one session.",
     ),
+    "lookup.json": (
+        "Prompt lookup on edits, k 4 and auto",
+        f"{M}; target/release/specula bench --model $T --drafter lookup --k 4,auto --kind edit --limit 5 --json bench/lookup.json",
+        "The drafter copies n-grams from the prompt: no draft model, so drafting costs nothing but the wider pass.",
+    ),
     "code.json": (
         "Code, k 4 and auto (before the kernels)",
         f"{M}; target/release/specula bench --model $T --draft $D --k 4,auto --limit 3 --kind code --json bench/code.json",
