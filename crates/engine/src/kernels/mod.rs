@@ -41,7 +41,7 @@ pub enum Path {
     Scalar,
     /// AVX2 + FMA + F16C (x86-64-v3).
     Avx2,
-    /// AVX2 with AVX-512 VNNI on 256-bit registers (and AVX-512 VL's 32 of them).
+    /// AVX2 with AVX-512 VNNI on 256-bit registers (and AVX-512 VL's 32 of them; BW's byte masks).
     Avx512Vnni,
     /// AVX2 with AVX-VNNI (the VEX form, on CPUs without AVX-512).
     AvxVnni,
@@ -70,7 +70,10 @@ impl Path {
                 Path::Scalar => true,
                 Path::Avx2 => avx2(),
                 Path::Avx512Vnni => {
-                    avx2() && is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl")
+                    avx2()
+                        && is_x86_feature_detected!("avx512vnni")
+                        && is_x86_feature_detected!("avx512vl")
+                        && is_x86_feature_detected!("avx512bw")
                 }
                 Path::AvxVnni => avx2() && is_x86_feature_detected!("avxvnni"),
             }

@@ -1,6 +1,7 @@
 //! Q5_0 in groups of 8 rows: per block of 32, the nibble bytes of the 8 rows interleaved 4
 //! bytes at a time (as the file has them: low nibbles quants 0..16, high nibbles 16..32), the
-//! fifth bits as one 32-bit word per lane, and the 8 f16 factors.
+//! fifth bits regrouped by k-group (bit `4c + t` of word g is byte `4c + t`'s, so AVX-512
+//! turns a word into its bytes with one masked move), and the 8 f16 factors.
 
 use super::reference::q5_0_quant;
 use super::{Path, ZeroBlock, COLS, Q5_0};
@@ -12,8 +13,8 @@ pub struct Group {
     /// `[k-group g][lane c · 4 + t]` = byte `qs[4g + t]` of row c: low nibble quant `4g + t`,
     /// high nibble quant `16 + 4g + t`.
     pub qs: [[u8; 32]; 4],
-    /// `qh` of each row: bit i is quant i's fifth bit.
-    pub qh: [u32; COLS],
+    /// `[k-group g]`: bit `4c + t` is the fifth bit of quant `4g + t` of row c.
+    pub fifth: [u32; 8],
     pub d: [f16; COLS],
 }
 
@@ -27,12 +28,15 @@ impl ZeroBlock for Q5_0 {
 }
 
 pub fn pack(rows: &[&Q5_0; COLS]) -> Group {
-    let mut group = Group { qs: [[0; 32]; 4], qh: [0; COLS], d: [f16::ZERO; COLS] };
+    let mut group = Group { qs: [[0; 32]; 4], fifth: [0; 8], d: [f16::ZERO; COLS] };
     for (c, row) in rows.iter().enumerate() {
         for g in 0..4 {
             group.qs[g][4 * c..4 * c + 4].copy_from_slice(&row.qs[4 * g..4 * g + 4]);
         }
-        group.qh[c] = u32::from_le_bytes(row.qh);
+        let qh = u32::from_le_bytes(row.qh);
+        for (g, word) in group.fifth.iter_mut().enumerate() {
+            *word |= ((qh >> (4 * g)) & 0xF) << (4 * c);
+        }
         group.d[c] = row.d;
     }
     group
@@ -43,7 +47,8 @@ pub fn unpack(group: &Group, lane: usize) -> Q5_0 {
     for g in 0..4 {
         qs[4 * g..4 * g + 4].copy_from_slice(&group.qs[g][4 * lane..4 * lane + 4]);
     }
-    Q5_0 { d: group.d[lane], qh: group.qh[lane].to_le_bytes(), qs }
+    let qh = (0..8).fold(0u32, |qh, g| qh | ((group.fifth[g] >> (4 * lane)) & 0xF) << (4 * g));
+    Q5_0 { d: group.d[lane], qh: qh.to_le_bytes(), qs }
 }
 
 pub use super::q8_0::prepare;

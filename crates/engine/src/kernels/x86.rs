@@ -479,17 +479,28 @@ entry!(q8_0, q8_0, q8_0_avx2, q8_0_avx512, q8_0_avxvnni);
 
 // ----- Q5_0 -----
 
-/// The fifth bits of k-group `g` (quants 4g..4g+3) of each lane, as 0x10 or 0 per byte: the 4
-/// bits are spread to the 4 bytes by one multiply (bit t lands on bit 8t; no carries).
-#[inline(always)]
-unsafe fn q5_0_fifth_bits(qh: __m256i, g: i32) -> __m256i {
-    let nibble = _mm256_and_si256(_mm256_srlv_epi32(qh, _mm256_set1_epi32(4 * g)), _mm256_set1_epi32(0xF));
-    let spread = _mm256_mullo_epi32(nibble, _mm256_set1_epi32(0x0020_4081));
-    _mm256_and_si256(_mm256_slli_epi32::<4>(spread), _mm256_set1_epi32(0x1010_1010))
+/// The fifth bits of a k-group (one bit per byte, `Group::fifth`) as 0x10 or 0 per byte: AVX2
+/// copies byte i / 8 of the word to byte i, keeps bit i % 8 and compares.
+macro_rules! fifth_bits_avx2 {
+    ($word:expr) => {{
+        let spread = _mm256_shuffle_epi8(
+            _mm256_set1_epi32($word as i32),
+            _mm256_setr_epi64x(0, 0x0101_0101_0101_0101, 0x0202_0202_0202_0202, 0x0303_0303_0303_0303),
+        );
+        let select = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+        let set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, select), select);
+        _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+    }};
+}
+/// AVX-512: the word is a byte mask.
+macro_rules! fifth_bits_avx512 {
+    ($word:expr) => {
+        _mm256_maskz_mov_epi8($word, _mm256_set1_epi8(0x10))
+    };
 }
 
 macro_rules! q5_0_kernel {
-    ($name:ident, $features:expr, $dpbusd:ident) => {
+    ($name:ident, $features:expr, $dpbusd:ident, $fifth:ident) => {
         #[target_feature(enable = $features)]
         unsafe fn $name<const R: usize>(
             groups: &[q5_0::Group],
@@ -501,17 +512,18 @@ macro_rules! q5_0_kernel {
             let mut acc = [_mm256_setzero_ps(); R];
             for (b, w) in groups.iter().enumerate() {
                 let ys: [&q5_0::Act; R] = std::array::from_fn(|r| acts.get_unchecked(r * blocks + b));
-                let qh = _mm256_loadu_si256(w.qh.as_ptr().cast());
                 let mut t = [_mm256_setzero_si256(); R];
-                for g in 0..8 {
-                    let nibbles = _mm256_loadu_si256(w.qs[g % 4].as_ptr().cast());
-                    let nibbles = match g / 4 {
-                        0 => _mm256_and_si256(nibbles, low),
-                        _ => _mm256_and_si256(_mm256_srli_epi16::<4>(nibbles), low),
-                    };
-                    let quants = _mm256_or_si256(nibbles, q5_0_fifth_bits(qh, g as i32));
+                // One load gives k-groups g (low nibbles) and g + 4 (high), with no branch.
+                for g in 0..4 {
+                    let nibbles = _mm256_loadu_si256(w.qs[g].as_ptr().cast());
+                    let first = _mm256_or_si256(_mm256_and_si256(nibbles, low), $fifth!(w.fifth[g]));
+                    let second = _mm256_or_si256(
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(nibbles), low),
+                        $fifth!(w.fifth[g + 4]),
+                    );
                     for r in 0..R {
-                        t[r] = $dpbusd!(t[r], quants, broadcast(&ys[r].qs, 4 * g));
+                        t[r] = $dpbusd!(t[r], first, broadcast(&ys[r].qs, 4 * g));
+                        t[r] = $dpbusd!(t[r], second, broadcast(&ys[r].qs, 16 + 4 * g));
                     }
                 }
                 let xd = _mm256_cvtph_ps(_mm_loadu_si128(w.d.as_ptr().cast()));
@@ -528,7 +540,7 @@ macro_rules! q5_0_kernel {
     };
 }
 
-q5_0_kernel!(q5_0_avx2, "avx2,fma,f16c", dpbusd_avx2);
-q5_0_kernel!(q5_0_avx512, "avx2,fma,f16c,avx512vnni,avx512vl", dpbusd_avx512);
-q5_0_kernel!(q5_0_avxvnni, "avx2,fma,f16c,avxvnni", dpbusd_avxvnni);
+q5_0_kernel!(q5_0_avx2, "avx2,fma,f16c", dpbusd_avx2, fifth_bits_avx2);
+q5_0_kernel!(q5_0_avx512, "avx2,fma,f16c,avx512vnni,avx512vl,avx512bw", dpbusd_avx512, fifth_bits_avx512);
+q5_0_kernel!(q5_0_avxvnni, "avx2,fma,f16c,avxvnni", dpbusd_avxvnni, fifth_bits_avx2);
 entry!(q5_0, q5_0, q5_0_avx2, q5_0_avx512, q5_0_avxvnni);
