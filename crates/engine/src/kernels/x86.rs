@@ -236,6 +236,26 @@ entry!(q4k, q4k, q4k_avx2, q4k_avx512, q4k_avxvnni, one row: q4k_one_row_avx2, q
 
 // ----- Q6_K -----
 
+/// The four quarters of a Q6_K k-group (`q6k::KGroup`) as bytes 0..63: the low or high
+/// nibbles of one of the two nibble vectors, with the quarter's two high bits moved to bits 4
+/// and 5. Straight-line code: a `match` on the quarter inside a loop left branches in it.
+macro_rules! q6k_quarters {
+    ($vectors:expr, $low:expr, $high:expr) => {{
+        let first = _mm256_loadu_si256($vectors.nibbles[0].as_ptr().cast());
+        let second = _mm256_loadu_si256($vectors.nibbles[1].as_ptr().cast());
+        let bits = _mm256_loadu_si256($vectors.bits.as_ptr().cast());
+        [
+            _mm256_or_si256(_mm256_and_si256(first, $low), _mm256_and_si256(_mm256_slli_epi16::<4>(bits), $high)),
+            _mm256_or_si256(_mm256_and_si256(second, $low), _mm256_and_si256(_mm256_slli_epi16::<2>(bits), $high)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(first), $low), _mm256_and_si256(bits, $high)),
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(second), $low),
+                _mm256_and_si256(_mm256_srli_epi16::<2>(bits), $high),
+            ),
+        ]
+    }};
+}
+
 macro_rules! q6k_kernel {
     ($name:ident, $features:expr, $dpbusd:ident, $dpwssd:ident) => {
         #[target_feature(enable = $features)]
@@ -259,27 +279,7 @@ macro_rules! q6k_kernel {
                         let mut quarters = [[_mm256_setzero_si256(); 4]; 4];
                         for (i, quarters) in quarters.iter_mut().enumerate() {
                             let vectors = &w.quants[n][4 * s + i];
-                            let first = _mm256_loadu_si256(vectors.nibbles[0].as_ptr().cast());
-                            let second = _mm256_loadu_si256(vectors.nibbles[1].as_ptr().cast());
-                            let bits = _mm256_loadu_si256(vectors.bits.as_ptr().cast());
-                            *quarters = [
-                                _mm256_or_si256(
-                                    _mm256_and_si256(first, low),
-                                    _mm256_and_si256(_mm256_slli_epi16::<4>(bits), high),
-                                ),
-                                _mm256_or_si256(
-                                    _mm256_and_si256(second, low),
-                                    _mm256_and_si256(_mm256_slli_epi16::<2>(bits), high),
-                                ),
-                                _mm256_or_si256(
-                                    _mm256_and_si256(_mm256_srli_epi16::<4>(first), low),
-                                    _mm256_and_si256(bits, high),
-                                ),
-                                _mm256_or_si256(
-                                    _mm256_and_si256(_mm256_srli_epi16::<4>(second), low),
-                                    _mm256_and_si256(_mm256_srli_epi16::<2>(bits), high),
-                                ),
-                            ];
+                            *quarters = q6k_quarters!(vectors, low, high);
                         }
                         for q in 0..4 {
                             let mut t = [_mm256_setzero_si256(); R];
@@ -325,9 +325,9 @@ macro_rules! q6k_kernel {
 
 /// One activation row (decoding, where the weights stream from memory once per token): each
 /// weight vector is loaded once and unpacked into its four quarters in straight-line code,
-/// a register per sub-block's sum. The loop over rows above, with its `match` on the quarter,
-/// stayed a loop with branches and ran at a third of the memory's speed. Integer sums are
-/// exact in any order, so the result is the same bits.
+/// a register per sub-block's sum, the activations read straight from the block (the
+/// multi-row kernel keeps the unpacked quarters of a sub-block pair for its rows). Integer
+/// sums are exact in any order, so the result is the same bits.
 macro_rules! q6k_one_row_kernel {
     ($name:ident, $features:expr, $dpbusd:ident, $dpwssd:ident) => {
         #[target_feature(enable = $features)]
@@ -343,27 +343,7 @@ macro_rules! q6k_one_row_kernel {
                         let mut t = [_mm256_setzero_si256(); 4];
                         for g in 4 * s..4 * s + 4 {
                             let vectors = &w.quants[n][g];
-                            let first = _mm256_loadu_si256(vectors.nibbles[0].as_ptr().cast());
-                            let second = _mm256_loadu_si256(vectors.nibbles[1].as_ptr().cast());
-                            let bits = _mm256_loadu_si256(vectors.bits.as_ptr().cast());
-                            let quarters = [
-                                _mm256_or_si256(
-                                    _mm256_and_si256(first, low),
-                                    _mm256_and_si256(_mm256_slli_epi16::<4>(bits), high),
-                                ),
-                                _mm256_or_si256(
-                                    _mm256_and_si256(second, low),
-                                    _mm256_and_si256(_mm256_slli_epi16::<2>(bits), high),
-                                ),
-                                _mm256_or_si256(
-                                    _mm256_and_si256(_mm256_srli_epi16::<4>(first), low),
-                                    _mm256_and_si256(bits, high),
-                                ),
-                                _mm256_or_si256(
-                                    _mm256_and_si256(_mm256_srli_epi16::<4>(second), low),
-                                    _mm256_and_si256(_mm256_srli_epi16::<2>(bits), high),
-                                ),
-                            ];
+                            let quarters = q6k_quarters!(vectors, low, high);
                             for (q, quants) in quarters.into_iter().enumerate() {
                                 t[q] = $dpbusd!(t[q], quants, broadcast(&y.qs, 128 * n + 32 * q + 4 * g));
                             }
