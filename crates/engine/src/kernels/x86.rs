@@ -71,33 +71,11 @@ macro_rules! for_rows {
     };
 }
 
-/// The entry point of one type: checks the sizes once, then calls the path's kernel.
+/// The entry point of one type: checks the sizes once, then calls the path's kernel (its
+/// one-row kernel for a single row, where the type has one).
 macro_rules! entry {
-    ($name:ident, $module:ident, $avx2:ident, $avx512:ident, $avxvnni:ident,
-     one row: $one_avx2:ident, $one_avx512:ident, $one_avxvnni:ident) => {
-        pub fn $name(
-            path: Path,
-            groups: &[$module::Group],
-            acts: &[$module::Act],
-            blocks: usize,
-            out: &mut [[f32; COLS]],
-        ) {
-            assert!(groups.len() == blocks && acts.len() == out.len() * blocks && (1..=8).contains(&out.len()));
-            // SAFETY: as in the arm below.
-            unsafe {
-                match (path, out) {
-                    (Path::Avx2, [out]) => $one_avx2(groups, acts, out),
-                    (Path::Avx512Vnni, [out]) => $one_avx512(groups, acts, out),
-                    (Path::AvxVnni, [out]) => $one_avxvnni(groups, acts, out),
-                    (Path::Avx2, out) => for_rows!($avx2, groups, acts, blocks, out),
-                    (Path::Avx512Vnni, out) => for_rows!($avx512, groups, acts, blocks, out),
-                    (Path::AvxVnni, out) => for_rows!($avxvnni, groups, acts, blocks, out),
-                    (Path::Scalar, _) => unreachable!("the scalar path is not SIMD"),
-                }
-            }
-        }
-    };
-    ($name:ident, $module:ident, $avx2:ident, $avx512:ident, $avxvnni:ident) => {
+    ($name:ident, $module:ident, $avx2:ident, $avx512:ident, $avxvnni:ident
+     $(, one row: $one_avx2:ident, $one_avx512:ident, $one_avxvnni:ident)?) => {
         pub fn $name(
             path: Path,
             groups: &[$module::Group],
@@ -109,11 +87,16 @@ macro_rules! entry {
             // SAFETY: `Packed::matmul_on` runs a path only where `Path::available` says the
             // CPU has its features; the sizes the kernels index by were checked above.
             unsafe {
-                match path {
-                    Path::Avx2 => for_rows!($avx2, groups, acts, blocks, out),
-                    Path::Avx512Vnni => for_rows!($avx512, groups, acts, blocks, out),
-                    Path::AvxVnni => for_rows!($avxvnni, groups, acts, blocks, out),
-                    Path::Scalar => unreachable!("the scalar path is not SIMD"),
+                match (path, out) {
+                    $(
+                        (Path::Avx2, [out]) => $one_avx2(groups, acts, out),
+                        (Path::Avx512Vnni, [out]) => $one_avx512(groups, acts, out),
+                        (Path::AvxVnni, [out]) => $one_avxvnni(groups, acts, out),
+                    )?
+                    (Path::Avx2, out) => for_rows!($avx2, groups, acts, blocks, out),
+                    (Path::Avx512Vnni, out) => for_rows!($avx512, groups, acts, blocks, out),
+                    (Path::AvxVnni, out) => for_rows!($avxvnni, groups, acts, blocks, out),
+                    (Path::Scalar, _) => unreachable!("the scalar path is not SIMD"),
                 }
             }
         }
