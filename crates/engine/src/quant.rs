@@ -85,6 +85,10 @@ impl QLinear {
                 dtype: self.dtype,
             })?,
         };
+        self.add_bias(y)
+    }
+
+    fn add_bias(&self, y: Tensor) -> Result<Tensor> {
         Ok(match &self.bias {
             Some(bias) => y.broadcast_add(bias)?,
             None => y,
@@ -120,10 +124,7 @@ impl QLinear {
         try_map(layers, |layer| {
             let y =
                 Tensor::from_vec(outs.next().unwrap_or_default(), output_shape(batch, layer.shape.0), &Device::Cpu)?;
-            Ok(match &layer.bias {
-                Some(bias) => y.broadcast_add(bias)?,
-                None => y,
-            })
+            layer.add_bias(y)
         })
     }
 

@@ -440,8 +440,8 @@ const MIN_GRAB: usize = 4;
 
 /// `f` over `0..n_items`, split over candle's thread pool by guided self-scheduling: each grab
 /// takes a share of what is left (at least `min_grab` items), so grabs shrink toward the end
-/// and the threads finish together. (candle's `execute_chunked` grabs fixed sixteenths: at every matmul one thread
-/// waited for half of one on average, 4% of a decoding step.)
+/// and the threads finish together. (candle's `execute_chunked` grabs fixed sixteenths: at
+/// every matmul one thread waited for half of one on average, 4% of a decoding step.)
 pub(crate) fn parallel_items(n_items: usize, min_grab: usize, f: impl Fn(std::ops::Range<usize>) + Sync) {
     use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
     let pool = candle_core::utils::barrier_pool();
