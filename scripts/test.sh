@@ -9,6 +9,12 @@
 # Screenshots land in ui/e2e/artifacts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# What the tests write to temporary folders (the apps' data, downloads from the stand-in Hub:
+# gigabytes a run) goes under one folder, removed at exit, passed or failed; left behind, it
+# filled the disk of a machine that runs CI often.
+TMPDIR=$(mktemp -d -t specula-test.XXXXXX)
+export TMPDIR
+trap 'rm -rf "$TMPDIR"' EXIT
 target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
 
 scripts/install-deps.sh

@@ -7,12 +7,13 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
-import { createReadStream, mkdirSync, mkdtempSync, statSync, writeFileSync } from 'node:fs';
+import { createReadStream, mkdirSync, statSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
-import { homedir, tmpdir } from 'node:os';
+import { homedir } from 'node:os';
 import { basename, dirname, join } from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { fileURLToPath } from 'node:url';
+import { scratch } from './scratch.mjs';
 import { startDriver, WebDriver } from './webdriver.mjs';
 import { appSession } from './app-session.mjs';
 
@@ -66,7 +67,7 @@ let driver;
 before(async () => {
   assert.ok(process.env.SPECULA_APP, 'set SPECULA_APP to the app to drive');
   mkdirSync(ARTIFACTS, { recursive: true });
-  const fresh = (name) => mkdtempSync(join(tmpdir(), `specula-first-run-${name}-`));
+  const fresh = scratch('specula-first-run');
   driver = await startDriver(PORT, {
     SPECULA_DATA_DIR: fresh('data'),
     SPECULA_MODELS_DIR: fresh('models'),

@@ -3,9 +3,7 @@
 // app.test.mjs (SPECULA_APP, tauri-driver, xvfb-run).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { scratch } from './scratch.mjs';
 import { startDriver, WebDriver } from './webdriver.mjs';
 
 const PORT = 15444 + Math.floor(Math.random() * 500);
@@ -14,7 +12,7 @@ let driver;
 
 before(async () => {
   assert.ok(process.env.SPECULA_APP, 'set SPECULA_APP to the built app');
-  driver = await startDriver(PORT, { SPECULA_DATA_DIR: mkdtempSync(join(tmpdir(), 'specula-data-')), SPECULA_MEMORY_LIMIT: String(64 << 20) });
+  driver = await startDriver(PORT, { SPECULA_DATA_DIR: scratch('specula-app-memory')('data'), SPECULA_MEMORY_LIMIT: String(64 << 20) });
   await wd.start({ 'tauri:options': { application: process.env.SPECULA_APP } });
   await wd.waitFor("return document.body.dataset.ready === 'true'", { timeout: 120_000, what: 'the app to start' });
 });

@@ -7,10 +7,11 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { createServer } from 'node:http';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, symlinkSync, writeFileSync } from 'node:fs';
-import { homedir, tmpdir } from 'node:os';
+import { existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, symlinkSync, writeFileSync } from 'node:fs';
+import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { scratch } from './scratch.mjs';
 import { startDriver, WebDriver } from './webdriver.mjs';
 import { appSession } from './app-session.mjs';
 
@@ -23,19 +24,20 @@ const DRAFT = 'qwen2.5-coder-0.5b-instruct-q4_k_m.gguf';
 const SMOLLM = 'SmolLM2-135M-Instruct.Q4_1.gguf';
 
 // A models folder of our own: the real models, and one file that only pretends to be a model.
-const models = mkdtempSync(join(tmpdir(), 'specula-models-'));
+const folder = scratch('specula-app-test');
+const models = folder('models');
 for (const name of [TARGET, DRAFT, SMOLLM]) symlinkSync(join(REAL_MODELS, name), join(models, name));
 writeFileSync(join(models, 'broken.gguf'), 'not a model\n'.repeat(100));
 // A real model's first 8 MiB: its header reads, its weights are missing.
 writeFileSync(join(models, 'truncated.gguf'), readFileSync(join(REAL_MODELS, SMOLLM)).subarray(0, 8 << 20));
 // A folder of the user's own, outside the model folders: a model and a file that pretends.
-const own = mkdtempSync(join(tmpdir(), 'specula-own-'));
+const own = folder('own');
 const ownModel = join(own, 'my-model.gguf');
 symlinkSync(join(REAL_MODELS, SMOLLM), ownModel);
 const ownFake = join(own, 'fake.gguf');
 writeFileSync(ownFake, 'not a model either\n'.repeat(100));
-const data = mkdtempSync(join(tmpdir(), 'specula-data-'));
-const hfHome = mkdtempSync(join(tmpdir(), 'specula-hf-'));
+const data = folder('data');
+const hfHome = folder('hf');
 
 // A stand-in for Hugging Face Hub: every `resolve` URL serves the real SmolLM2 file with the
 // Hub's headers and Range support, slowly enough (about 3 s) to watch and to cancel.
