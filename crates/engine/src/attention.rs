@@ -124,17 +124,11 @@ const PARALLEL_WORK: usize = 1 << 16;
 /// registers; a process keeps one path, so a row's result still never depends on its batch.
 fn attend_one(query: &[f32], keys: &[f32], values: &[f32], len: usize, scale: f32, dst: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if has_fma() {
+    if crate::kernels::has_avx2_fma() {
         // SAFETY: the CPU has AVX2 and FMA (checked above).
         return unsafe { attend_one_fma(query, keys, values, len, scale, dst) };
     }
     attend_one_with::<false>(query, keys, values, len, scale, dst)
-}
-
-#[cfg(target_arch = "x86_64")]
-fn has_fma() -> bool {
-    static FMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *FMA.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -179,7 +173,7 @@ fn attend_one_with<const FMA: bool>(
 
 /// `a · b + c`, fused where the path has FMA (where it has not, `mul_add` would be a slow call).
 #[inline(always)]
-fn multiply_add<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
+pub(crate) fn multiply_add<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
     if FMA {
         a.mul_add(b, c)
     } else {
@@ -192,7 +186,7 @@ fn multiply_add<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
 fn dot<const FMA: bool>(a: &[f32], b: &[f32]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if FMA {
-        // SAFETY: `FMA` is true only on the path `has_fma` chose.
+        // SAFETY: `FMA` is true only on the path `has_avx2_fma` chose.
         return unsafe { dot_fma(a, b) };
     }
     // Eight independent accumulators, so the compiler vectorizes it.
@@ -284,7 +278,7 @@ mod tests {
     #[test]
     fn the_fused_dot_product_agrees_with_the_plain_one_at_every_length() {
         #[cfg(target_arch = "x86_64")]
-        if has_fma() {
+        if crate::kernels::has_avx2_fma() {
             let a = random((1, 1, 200), 11).flatten_all().unwrap().to_vec1::<f32>().unwrap();
             let b = random((1, 1, 200), 12).flatten_all().unwrap().to_vec1::<f32>().unwrap();
             for len in [1, 7, 8, 31, 32, 33, 64, 127, 128, 200] {

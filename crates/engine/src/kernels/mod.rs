@@ -438,6 +438,18 @@ fn run(jobs: &[Job]) {
 /// Fewest column groups a thread takes at once: enough to amortize the shared cursor.
 const MIN_GRAB: usize = 4;
 
+/// Whether the CPU has AVX2 and FMA (asked once): the floating-point paths outside the
+/// matmuls (attention, softmax) need no more.
+pub(crate) fn has_avx2_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static AVX2_FMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *AVX2_FMA.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 /// `f` over `0..n_items`, split over candle's thread pool by guided self-scheduling: each grab
 /// takes a share of what is left (at least `min_grab` items), so grabs shrink toward the end
 /// and the threads finish together. (candle's `execute_chunked` grabs fixed sixteenths: at

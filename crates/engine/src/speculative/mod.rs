@@ -167,7 +167,9 @@ pub fn generate_speculative(
 
         costs.record_verify(input.len(), verify_ms);
         costs.record_draft(k, outcome.accepted, draft_ms);
-        costs.record_step(k, reply.tokens.len() - committed_before, ms(step_started.elapsed()));
+        let step_ms = ms(step_started.elapsed());
+        tracing::trace!(k, accepted = outcome.accepted, draft_ms, verify_ms, step_ms, "step");
+        costs.record_step(k, reply.tokens.len() - committed_before, step_ms);
         totals.record(k, outcome.accepted, catch_up_ms + draft_ms, verify_ms);
         let step = step_event(&reply, costs, &totals, k, outcome.accepted);
         reply.step(&step);
