@@ -13,6 +13,7 @@ the table with the ratios. llama.cpp is built by scripts/llama-cpp.sh (about 10 
 
     scripts/bench-vs-llama.py [--limit 5] [--rounds 3] [--out bench/vs-llama.json]
     scripts/bench-vs-llama.py --speed-only --rounds 2     # step 1 alone -> bench/speed-vs-llama.json
+    scripts/bench-vs-llama.py --prompts-only --limit 5     # step 2 alone -> bench/vs-llama.json
 """
 import argparse
 import json
@@ -117,6 +118,8 @@ def main():
     ap.add_argument("--out", default=str(ROOT / "bench" / "vs-llama.json"))
     ap.add_argument("--speed-only", action="store_true",
                     help="only llama-bench against specula speed, written to bench/speed-vs-llama.json")
+    ap.add_argument("--prompts-only", action="store_true",
+                    help="only the bench prompts, plain and speculative (step 2), written to --out")
     args = ap.parse_args()
 
     bin_dir = Path(run([ROOT / "scripts" / "llama-cpp.sh"]).stdout.strip())
@@ -128,10 +131,14 @@ def main():
                   "date": time.strftime("%Y-%m-%d %H:%M"), "rounds": speed_rounds(specula, bin_dir, args.rounds)}
         (ROOT / "bench" / "speed-vs-llama.json").write_text(json.dumps(report, indent=2) + "\n")
         return 0
-    report = {"cpu": cpu(), "date": time.strftime("%Y-%m-%d %H:%M"), "threads": int(THREADS), "speed": [], "prompts": []}
+    command = f"scripts/bench-vs-llama.py{' --prompts-only' if args.prompts_only else ''} --limit {args.limit} --tokens {args.tokens}"
+    report = {"command": command, "cpu": cpu(), "date": time.strftime("%Y-%m-%d %H:%M"), "threads": int(THREADS),
+              "llama_cpp": "llama-cpp-python 0.3.36 sdist's vendored tree, scripts/llama-cpp.sh (Release, GGML_NATIVE)",
+              "tokens": args.tokens, "speed": [], "prompts": []}
 
     # 1. llama-bench vs specula speed, alternating which goes first each round.
-    report["speed"] = speed_rounds(specula, bin_dir, args.rounds)
+    if not args.prompts_only:
+        report["speed"] = speed_rounds(specula, bin_dir, args.rounds)
 
     # 2. The bench prompts, plain and speculative, each program in turn.
     prompts = json.loads((ROOT / "crates/cli/prompts/bench.json").read_text())

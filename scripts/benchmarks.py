@@ -31,6 +31,15 @@ SECTIONS = {
         "context and after 1,500 tokens (depth; generation only), the two programs alternating on the same GGUF files "
         "and threads. Ratios are Specula over llama.cpp.",
     ),
+    "vs-llama.json": (
+        "Beside llama.cpp on the bench prompts, plain and speculative, in one run",
+        "scripts/bench-vs-llama.py --prompts-only --limit 5   # per prompt, in turn: specula generate --drafter none, "
+        "llama-completion, specula generate --k auto, llama-speculative-simple (--draft-max 16 --draft-min 0), and "
+        "specula generate --drafter lookup --k auto on the edit set",
+        "Greedy decoding of the same ChatML prompt tokens with the same GGUF files and 2 threads, in generated tokens per "
+        "second (medians per set). Specula's auto k chooses its draft length each step; llama-speculative-simple drafts "
+        "up to 16 tokens.",
+    ),
     "kernels-model.json": (
         "Speculative vs plain, model draft (after the multi-row kernels)",
         f"{M}; target/release/specula bench --model $T --draft $D --k 2,4,auto --limit 3 --json bench/kernels-model.json",
@@ -56,6 +65,13 @@ SECTIONS = {
         "Auto k over every set",
         f"{M}; target/release/specula bench --model $T --draft $D --k auto --limit 5 --json bench/auto.json",
         "Auto k alone, code then prose then edit prompts in one session.",
+    ),
+    "auto-load.json": (
+        "Auto k with another process on the CPU",
+        f"{M}; yes > /dev/null & target/release/specula bench --model $T --draft $D --k auto --limit 5 "
+        "--json bench/auto-load.json; kill $!",
+        "As above while a busy process holds one of the two cores (a desktop with a compile running): plain and "
+        "speculative replies both run beside it, and auto k must not lose to plain.",
     ),
     "lookup.json": (
         "Prompt lookup on edits, k 4 and auto",
@@ -125,10 +141,29 @@ def llama_tables(data: dict) -> str:
     return f"llama.cpp: {data['llama_cpp']}.\n\n" + table(header, rows)
 
 
+def prompt_tables(data: dict) -> str:
+    rate = lambda x: "–" if x is None else f"{x:.1f}"
+    ratio = lambda x: "–" if x is None else f"{x:.2f}x"
+    rows = []
+    for kind, s in data["summary"].items():
+        lookup = f" (lookup {rate(s.get('specula_lookup'))}, {ratio(s.get('lookup_vs_plain'))})" if s.get("specula_lookup") else ""
+        rows.append([kind, rate(s["llama_plain"]), rate(s["specula_plain"]), ratio(s["specula_plain"] / s["llama_plain"] if s["llama_plain"] else None),
+                     rate(s["llama_speculative"]), rate(s["specula_auto"]) + lookup, ratio(s.get("auto_vs_llama_speculative")),
+                     ratio(s["auto_vs_plain"]), s["identical"]])
+    header = ["set", "llama.cpp plain", "Specula plain", "ratio", "llama.cpp speculative", "Specula auto k", "ratio",
+              "Specula auto / plain", "identical to plain"]
+    return f"llama.cpp: {data['llama_cpp']}. {data['tokens']} tokens per reply.\n\n" + table(header, rows)
+
+
 def render_file(path: Path) -> str:
     data = json.loads(path.read_text())
     title, command, about = SECTIONS.get(path.name, (path.stem, "(not recorded)", ""))
-    body = llama_tables(data) if "rounds" in data else speculative_tables(data)
+    if "rounds" in data:
+        body = llama_tables(data)
+    elif "prompts" in data:
+        body = prompt_tables(data)
+    else:
+        body = speculative_tables(data)
     date = data.get("date") or (
         datetime.fromtimestamp(data["unix_time"], timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if "unix_time" in data else "date not recorded"
     )

@@ -96,6 +96,13 @@ const PROBE_STEPS: usize = 4;
 /// How much slower than plain drafting may run, realized, before auto stops it: within the
 /// noise of the measurements, not a loss anyone notices.
 const TOLERATED_LOSS: f64 = 0.03;
+/// A drafter whose token costs under this share of a plain step is free (prompt lookup: a few
+/// microseconds against tens of milliseconds).
+const FREE_DRAFT: f64 = 0.02;
+/// Steps without drafts after which a free drafter that the model would not use drafts one
+/// token anyway: a pass over two tokens costs about a quarter more than a plain one (3% over
+/// 8 steps), and it keeps the acceptance current for when the reply starts to copy.
+const FREE_PROBE_INTERVAL: usize = 8;
 
 #[derive(Debug, Clone)]
 pub struct CostModel {
@@ -127,6 +134,9 @@ pub struct CostModel {
     overrun: bool,
     /// Running mean wall time of a plain step, overheads included.
     plain_step_ms: Option<f64>,
+    /// The last drafting step's draft count, and whether the target kept every one.
+    last_drafted: usize,
+    last_all_kept: bool,
 }
 
 impl Default for CostModel {
@@ -157,6 +167,8 @@ impl CostModel {
             trial: 0,
             overrun: false,
             plain_step_ms: None,
+            last_drafted: 0,
+            last_all_kept: false,
         }
     }
 
@@ -179,6 +191,7 @@ impl CostModel {
             return;
         }
         self.since_draft = 0;
+        (self.last_drafted, self.last_all_kept) = (k, accepted == k);
         self.trial = self.trial.saturating_sub(1);
         self.draft_ms = ema(self.draft_ms, ms / k as f64);
         // Geometric model: each kept draft is a success; the first rejection is one failure.
@@ -323,6 +336,9 @@ impl CostModel {
             self.trial = PROBE_STEPS;
             return max.min(3);
         }
+        if self.drafter_is_free() {
+            return self.free_k(max);
+        }
         // Whatever the model predicts, drafting that has really been slower stops, and waits
         // for a probe (the host may be loaded, or the model's costs off for this host).
         if self.drafting_loses() {
@@ -376,6 +392,26 @@ impl CostModel {
             self.probe_interval = FIRST_PROBE_INTERVAL;
         }
         best
+    }
+
+    fn drafter_is_free(&self) -> bool {
+        matches!((self.draft_ms, self.plain_ms()), (Some(draft), Some(plain)) if draft < FREE_DRAFT * plain)
+    }
+
+    /// k for a drafter that costs nothing (prompt lookup). Its drafts lose only the wider
+    /// passes of rejected tokens, which the model prices, so nothing is suppressed and no
+    /// probe backs off: judged on realized steps, a reply that paraphrased first and copied
+    /// later stopped drafting before the copying began. Copied text comes in runs, so a step
+    /// whose drafts were all kept doubles the next one's.
+    fn free_k(&self, max: usize) -> usize {
+        let mut k = self.best_k(max);
+        if self.last_all_kept {
+            k = k.max((2 * self.last_drafted).min(max));
+        }
+        if k == 0 && self.since_draft >= FREE_PROBE_INTERVAL {
+            return 1;
+        }
+        k
     }
 
     /// Whether drafting, as realized, has been faster than plain decoding.
@@ -663,6 +699,40 @@ mod tests {
         let before = simulate(slow_from, 100.0, 10.0, |_, k| 100.0 + 15.0 * k as f64).0;
         // A few steps to see it (each 11% dearer than plain per token), then rare one-draft probes.
         assert!(drafting - before < 16, "{} drafting steps after the slowdown", drafting - before);
+    }
+
+    /// Auto k over a reply with a free drafter (its tokens cost nothing) whose drafts are kept
+    /// where `copying(step)`: a plain step costs 50 ms and each extra token 15 ms. Returns
+    /// (total ms, tokens, the k of each step).
+    fn free_drafter(steps: usize, copying: impl Fn(usize) -> bool) -> (f64, usize, Vec<usize>) {
+        let mut m = CostModel::new();
+        let cost = |n: usize| 50.0 + 15.0 * (n - 1) as f64;
+        let (mut total, mut tokens, mut ks) = (0.0, 0, Vec::new());
+        for step in 0..steps {
+            let k = m.next_k(KSetting::Auto { max: 8 }, 0);
+            let kept = if copying(step) { k } else { 0 };
+            m.record_verify(k + 1, cost(k + 1));
+            m.record_draft(k, kept, 0.001 * k as f64);
+            m.record_step(k, kept + 1, cost(k + 1));
+            (total, tokens) = (total + cost(k + 1), tokens + kept + 1);
+            ks.push(k);
+        }
+        (total, tokens, ks)
+    }
+
+    #[test]
+    fn a_free_drafter_keeps_drafting_through_rejections_and_lengthens_runs() {
+        // The reply paraphrases for 30 steps (every draft rejected), then copies.
+        let (_, _, ks) = free_drafter(100, |step| step >= 30);
+        assert!(ks[30..].iter().filter(|&&k| k == 0).count() < 10, "drafting resumed: {ks:?}");
+        assert!(ks[60..].iter().all(|&k| k == 8), "runs of kept drafts reach the longest k: {ks:?}");
+    }
+
+    #[test]
+    fn a_free_drafter_that_is_never_right_costs_almost_nothing() {
+        let (total, tokens, ks) = free_drafter(1000, |_| false);
+        let plain = 50.0 * tokens as f64;
+        assert!(total < plain * 1.04, "{:.3}x plain's time; k: {:?}", total / plain, &ks[..40]);
     }
 
     #[test]
