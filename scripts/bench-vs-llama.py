@@ -96,7 +96,8 @@ def llama_plain(bin_dir, prompt, tokens):
 
 def llama_speculative(bin_dir, prompt, tokens):
     err = run([bin_dir / "llama-speculative-simple", "-m", TARGET, "-md", DRAFT, "-p", prompt, "-n", str(tokens),
-               "--temp", "0", "-t", THREADS, "--draft-max", "16", "--draft-min", "0"], timeout=600).stderr
+               "--temp", "0", "-t", THREADS, "--spec-type", "draft-simple", "--spec-draft-n-max", "16",
+               "--spec-draft-p-min", "0.75"], timeout=600).stderr
     m = re.search(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s", err)
     accept = re.search(r"accept\s+=\s+([\d.]+)%", err)
     return (float(m.group(3)) if m else None), (float(accept.group(1)) / 100 if accept else None)

@@ -34,11 +34,11 @@ SECTIONS = {
     "vs-llama.json": (
         "Beside llama.cpp on the bench prompts, plain and speculative, in one run",
         "scripts/bench-vs-llama.py --prompts-only --limit 5   # per prompt, in turn: specula generate --drafter none, "
-        "llama-completion, specula generate --k auto, llama-speculative-simple (--draft-max 16 --draft-min 0), and "
+        "llama-completion, specula generate --k auto, llama-speculative-simple (--spec-type draft-simple "
+        "--spec-draft-n-max 16 --spec-draft-p-min 0.75: drafts up to 16 tokens while the draft is confident), and "
         "specula generate --drafter lookup --k auto on the edit set",
         "Greedy decoding of the same ChatML prompt tokens with the same GGUF files and 2 threads, in generated tokens per "
-        "second (medians per set). Specula's auto k chooses its draft length each step; llama-speculative-simple drafts "
-        "up to 16 tokens.",
+        "second (medians per set). Specula's auto k chooses its draft length each step from measured costs.",
     ),
     "kernels-model.json": (
         "Speculative vs plain, model draft (after the multi-row kernels)",
