@@ -174,6 +174,8 @@ def main():
         if s["llama_speculative"]:
             s["auto_vs_llama_speculative"] = s["specula_auto"] / s["llama_speculative"]
         s["identical"] = f"{sum(r['identical'] for r in rows)}/{len(rows)}"
+        if any("lookup_identical" in r for r in rows):
+            s["lookup_identical"] = f"{sum(r.get('lookup_identical', False) for r in rows)}/{len(rows)}"
         summary[kind] = s
     report["summary"] = summary
     Path(args.out).write_text(json.dumps(report, indent=2))

@@ -149,7 +149,7 @@ def prompt_tables(data: dict) -> str:
         lookup = f" (lookup {rate(s.get('specula_lookup'))}, {ratio(s.get('lookup_vs_plain'))})" if s.get("specula_lookup") else ""
         rows.append([kind, rate(s["llama_plain"]), rate(s["specula_plain"]), ratio(s["specula_plain"] / s["llama_plain"] if s["llama_plain"] else None),
                      rate(s["llama_speculative"]), rate(s["specula_auto"]) + lookup, ratio(s.get("auto_vs_llama_speculative")),
-                     ratio(s["auto_vs_plain"]), s["identical"]])
+                     ratio(s["auto_vs_plain"]), s["identical"] + (f" (lookup {s['lookup_identical']})" if "lookup_identical" in s else "")])
     header = ["set", "llama.cpp plain", "Specula plain", "ratio", "llama.cpp speculative", "Specula auto k", "ratio",
               "Specula auto / plain", "identical to plain"]
     return f"llama.cpp: {data['llama_cpp']}. {data['tokens']} tokens per reply.\n\n" + table(header, rows)
@@ -207,18 +207,31 @@ def readme_summary() -> str:
             if deep:
                 text += f", generation at {deep[0]['depth']} tokens of context {span('tg128', deep)}x"
             lines.append(f"- `{model}` beside llama.cpp ({data['date']}, same run): {text}.")
-    model = BENCH / "kernels-model.json"
+    prompts = BENCH / "vs-llama.json"
+    if prompts.exists():
+        data = json.loads(prompts.read_text())
+        sets = data["summary"]
+        plain = ", ".join(f"{k} {s['specula_plain'] / s['llama_plain']:.2f}x" for k, s in sets.items())
+        auto = ", ".join(f"{k} {s['auto_vs_plain']:.2f}x" for k, s in sets.items())
+        lookup = "".join(f", edit with lookup {s['lookup_vs_plain']:.2f}x" for s in sets.values() if s.get("lookup_vs_plain"))
+        over = "-".join(dict.fromkeys(f"{f(s['auto_vs_llama_speculative'] for s in sets.values()):.1f}" for f in (min, max)))
+        lines.append(
+            f"- On the bench prompts beside llama.cpp ({data['date']}, same run, {data['tokens']} tokens): plain decoding "
+            f"{plain}; speculative with auto k over plain {auto}{lookup}; over llama-speculative-simple {over}x."
+        )
+    model = BENCH / "auto.json"
     if model.exists():
         data = json.loads(model.read_text())
         auto = [s for s in data["summary"] if s["k"] == "auto"]
         sets = ", ".join(f"{s['kind']} {s['speedup']:.2f}x" for s in auto if s["kind"] != "all")
         identical = next((s["identical"] for s in auto if s["kind"] == "all"), None)
         tail = f"; every reply identical to plain ({identical})" if identical else ""
-        lines.append(f"- Speculative over plain with auto k ({data.get('date', '')}, model draft, same prompts in one run): {sets}{tail}.")
-    lookup = BENCH / "kernels-lookup.json"
+        date = datetime.fromtimestamp(data["unix_time"], timezone.utc).strftime("%Y-%m-%d") if "unix_time" in data else ""
+        lines.append(f"- `specula bench --k auto --limit 5` ({date}, model draft, {data['max_tokens']} tokens, same prompts in one run): {sets}{tail}.")
+    lookup = BENCH / "lookup.json"
     if lookup.exists():
-        best = max(json.loads(lookup.read_text())["summary"], key=lambda s: s["speedup"])
-        lines.append(f"- Prompt lookup on edits: up to {best['speedup']:.2f}x (k {best['k']}).")
+        rows = {s["k"]: s for s in json.loads(lookup.read_text())["summary"] if s["kind"] == "all"}
+        lines.append("- Prompt lookup on edits, same run: " + ", ".join(f"k {k} {s['speedup']:.2f}x" for k, s in rows.items()) + ".")
     return "\n".join(lines)
 
 
