@@ -9,16 +9,18 @@
 # Screenshots land in ui/e2e/artifacts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# What the tests write to temporary folders (the apps' data, downloads from the stand-in Hub:
-# gigabytes a run) goes under one folder, removed at exit, passed or failed; left behind, it
-# filled the disk of a machine that runs CI often.
-TMPDIR=$(mktemp -d -t specula-test.XXXXXX)
-export TMPDIR
-trap 'rm -rf "$TMPDIR"' EXIT
 target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
 
 scripts/install-deps.sh
 scripts/fetch-models.sh all
+
+# What the tests write to temporary folders (the apps' data, downloads from the stand-in Hub:
+# gigabytes a run) goes under one folder, removed at exit, passed or failed; left behind, it
+# filled the disk of a machine that runs CI often. Set after the system packages: apt's
+# helpers run as another user, who could not use a private folder.
+TMPDIR=$(mktemp -d -t specula-test.XXXXXX)
+export TMPDIR
+trap 'rm -rf "$TMPDIR"' EXIT
 
 # The web UI first: the desktop app embeds ui/dist when it compiles.
 (cd ui && npm ci --no-audit --no-fund && npm run build && npm test)
