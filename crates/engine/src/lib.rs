@@ -20,6 +20,7 @@ pub mod gguf;
 pub mod inspect;
 pub mod kernels;
 pub mod kv_cache;
+pub mod lanes;
 pub mod models;
 pub mod quant;
 pub mod sampling;

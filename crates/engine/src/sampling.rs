@@ -277,7 +277,7 @@ fn softmax_with<const FMA: bool>(logits: &[f32], temperature: f32) -> Vec<f32> {
     let inv_temperature = 1.0 / temperature;
     let mut probs = vec![0f32; logits.len()];
     for (p, &l) in probs.iter_mut().zip(logits) {
-        *p = exp::<FMA>((l - max) * inv_temperature);
+        *p = crate::lanes::exp::<FMA>((l - max) * inv_temperature);
     }
     let inv = (1.0 / sum_f64(&probs)) as f32;
     for p in probs.iter_mut() {
@@ -327,39 +327,12 @@ fn sum_f64(xs: &[f32]) -> f64 {
     sum
 }
 
-/// e^x for x <= 88 (softmax's arguments are <= 0): Cephes' expf without branches. Below
-/// -87.3 it is 0, as a score masked to -inf must be.
 #[inline(always)]
 fn larger(a: f32, b: f32) -> f32 {
     if b > a {
         b
     } else {
         a
-    }
-}
-
-#[inline(always)]
-fn exp<const FMA: bool>(x: f32) -> f32 {
-    use crate::attention::multiply_add as madd;
-    const SMALLEST: f32 = -87.336_54; // ln of f32's smallest normal
-    const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
-    let clamped = x.max(SMALLEST);
-    let shifted = madd::<FMA>(clamped, std::f32::consts::LOG2_E, ROUND);
-    let n = shifted - ROUND;
-    // r = x - n ln 2, with ln 2 in two parts so that r keeps its low bits.
-    let r = madd::<FMA>(n, 2.121_944_4e-4, madd::<FMA>(n, -0.693_359_4, clamped));
-    let mut p = 1.987_569_2e-4f32;
-    for c in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5] {
-        p = madd::<FMA>(p, r, c);
-    }
-    let y = madd::<FMA>(p, r * r, r) + 1.0;
-    // 2^n from n's bits in `shifted`'s mantissa (`n as i32` would not vectorize: it saturates).
-    let n_bits = shifted.to_bits().wrapping_sub(ROUND.to_bits());
-    let scale = f32::from_bits(n_bits.wrapping_add(127) << 23);
-    if x < SMALLEST {
-        0.0
-    } else {
-        y * scale
     }
 }
 
@@ -459,25 +432,6 @@ fn uniform(seed: u64, position: u64, token: u64) -> f64 {
 mod tests {
     use super::*;
     use rand::SeedableRng;
-
-    /// Distance in units in the last place between two positive floats.
-    fn ulps(a: f32, b: f32) -> u32 {
-        a.to_bits().abs_diff(b.to_bits())
-    }
-
-    #[test]
-    fn exp_is_within_two_ulp_of_libm_and_zero_below_the_normals() {
-        let mut worst = 0;
-        for i in 0..=2_000_000 {
-            let x = -87.3 + 175.0 * i as f32 / 2_000_000.0; // -87.3 ..= 87.7
-            worst = worst.max(ulps(exp::<true>(x), x.exp())).max(ulps(exp::<false>(x), x.exp()));
-        }
-        assert!(worst <= 2, "{worst} ulp");
-        for x in [f32::NEG_INFINITY, -1e30, -104.0, -87.34] {
-            assert_eq!((exp::<true>(x), exp::<false>(x)), (0.0, 0.0), "e^{x}");
-        }
-        assert_eq!(exp::<true>(0.0), 1.0);
-    }
 
     #[test]
     fn softmax_is_libms_to_a_few_ulp_and_masked_scores_get_zero() {

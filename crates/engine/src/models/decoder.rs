@@ -487,11 +487,11 @@ impl Layer {
         let x = (x + norm(self.o.forward(&attn)?, &self.post_attn_norm)?)?;
         let h = candle_nn::ops::rms_norm(&x, &self.ffn_norm, cfg.rms_eps)?;
         let [gate, up] = QLinear::forward_many([&self.gate, &self.up], &h)?;
-        let gate = match cfg.quirks.activation {
-            Activation::Silu => candle_nn::ops::silu(&gate)?,
-            Activation::GeluTanh => gate.gelu()?,
+        let hidden = match cfg.quirks.activation {
+            Activation::Silu => crate::lanes::silu_mul(&gate, &up)?,
+            Activation::GeluTanh => (gate.gelu()? * up)?,
         };
-        let out = self.down.forward(&(gate * up)?)?;
+        let out = self.down.forward(&hidden)?;
         Ok((x + norm(out, &self.post_ffn_norm)?)?)
     }
 }
