@@ -124,7 +124,7 @@ const PARALLEL_WORK: usize = 1 << 16;
 /// registers; a process keeps one path, so a row's result still never depends on its batch.
 fn attend_one(query: &[f32], keys: &[f32], values: &[f32], len: usize, scale: f32, dst: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if crate::kernels::has_avx2_fma() {
+    if crate::lanes::has_avx2_fma() {
         // SAFETY: the CPU has AVX2 and FMA (checked above).
         return unsafe { attend_one_fma(query, keys, values, len, scale, dst) };
     }
@@ -162,22 +162,12 @@ fn attend_one_with<const FMA: bool>(
     dst.fill(0.0);
     for (j, &w) in scores.iter().enumerate() {
         for (o, &x) in dst.iter_mut().zip(&values[j * d..][..d]) {
-            *o = multiply_add::<FMA>(w, x, *o);
+            *o = crate::lanes::multiply_add::<FMA>(w, x, *o);
         }
     }
     let inv = 1.0 / sum;
     for o in dst.iter_mut() {
         *o *= inv;
-    }
-}
-
-/// `a · b + c`, fused where the path has FMA (where it has not, `mul_add` would be a slow call).
-#[inline(always)]
-pub(crate) fn multiply_add<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
-    if FMA {
-        a.mul_add(b, c)
-    } else {
-        a * b + c
     }
 }
 
@@ -278,7 +268,7 @@ mod tests {
     #[test]
     fn the_fused_dot_product_agrees_with_the_plain_one_at_every_length() {
         #[cfg(target_arch = "x86_64")]
-        if crate::kernels::has_avx2_fma() {
+        if crate::lanes::has_avx2_fma() {
             let a = random((1, 1, 200), 11).flatten_all().unwrap().to_vec1::<f32>().unwrap();
             let b = random((1, 1, 200), 12).flatten_all().unwrap().to_vec1::<f32>().unwrap();
             for len in [1, 7, 8, 31, 32, 33, 64, 127, 128, 200] {

@@ -3,8 +3,79 @@
 //! the SiLU of the feed-forward layers. libm's `expf`, one call a value, was most of both.
 //! A process keeps one path, so plain and speculative decoding see the same bits.
 
-use crate::attention::multiply_add as madd;
 use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
+
+/// Whether the CPU has AVX2 and FMA (asked once): the floating-point paths outside the
+/// matmuls (attention, softmax, SiLU) need no more.
+pub(crate) fn has_avx2_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static AVX2_FMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *AVX2_FMA.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// `a · b + c`, fused where the path has FMA (where it has not, `mul_add` would be a slow call).
+#[inline(always)]
+pub(crate) fn multiply_add<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
+    if FMA {
+        a.mul_add(b, c)
+    } else {
+        a * b + c
+    }
+}
+
+/// Independent lanes, so that the compiler may keep eight of them in one register.
+const LANES: usize = 8;
+
+#[inline(always)]
+pub(crate) fn max_of(xs: &[f32]) -> f32 {
+    let mut lanes = [f32::NEG_INFINITY; LANES];
+    let chunks = xs.chunks_exact(LANES);
+    let mut max = f32::NEG_INFINITY;
+    for &x in chunks.remainder() {
+        max = larger(max, x);
+    }
+    for chunk in chunks {
+        for (lane, &x) in lanes.iter_mut().zip(chunk) {
+            *lane = larger(*lane, x);
+        }
+    }
+    for lane in lanes {
+        max = larger(max, lane);
+    }
+    max
+}
+
+#[inline(always)]
+pub(crate) fn sum_f64(xs: &[f32]) -> f64 {
+    let mut lanes = [0f64; LANES];
+    let chunks = xs.chunks_exact(LANES);
+    let mut sum = 0f64;
+    for &x in chunks.remainder() {
+        sum += x as f64;
+    }
+    for chunk in chunks {
+        for (lane, &x) in lanes.iter_mut().zip(chunk) {
+            *lane += x as f64;
+        }
+    }
+    for lane in lanes {
+        sum += lane;
+    }
+    sum
+}
+
+#[inline(always)]
+fn larger(a: f32, b: f32) -> f32 {
+    if b > a {
+        b
+    } else {
+        a
+    }
+}
 
 /// ln of f32's smallest normal and of its largest value.
 const SMALLEST: f32 = -87.336_54;
@@ -16,15 +87,15 @@ const LARGEST: f32 = 88.722_83;
 pub(crate) fn exp<const FMA: bool>(x: f32) -> f32 {
     const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
     let clamped = x.clamp(SMALLEST, LARGEST);
-    let shifted = madd::<FMA>(clamped, std::f32::consts::LOG2_E, ROUND);
+    let shifted = multiply_add::<FMA>(clamped, std::f32::consts::LOG2_E, ROUND);
     let n = shifted - ROUND;
     // r = x - n ln 2, with ln 2 in two parts so that r keeps its low bits.
-    let r = madd::<FMA>(n, 2.121_944_4e-4, madd::<FMA>(n, -0.693_359_4, clamped));
+    let r = multiply_add::<FMA>(n, 2.121_944_4e-4, multiply_add::<FMA>(n, -0.693_359_4, clamped));
     let mut p = 1.987_569_2e-4f32;
     for c in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5] {
-        p = madd::<FMA>(p, r, c);
+        p = multiply_add::<FMA>(p, r, c);
     }
-    let y = madd::<FMA>(p, r * r, r) + 1.0;
+    let y = multiply_add::<FMA>(p, r * r, r) + 1.0;
     // 2^n from n's bits in `shifted`'s mantissa (`n as i32` would not vectorize: it
     // saturates). At the top n is 128, past f32's exponents: 2^127 twice.
     let n_bits = shifted.to_bits().wrapping_sub(ROUND.to_bits());
@@ -95,7 +166,7 @@ impl CustomOp2 for SiluMul {
 
 fn silu_mul_into(gate: &[f32], up: &[f32], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if crate::kernels::has_avx2_fma() {
+    if has_avx2_fma() {
         // SAFETY: the CPU has AVX2 and FMA (checked above).
         return unsafe { silu_mul_avx2(gate, up, out) };
     }

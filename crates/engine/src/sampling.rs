@@ -245,7 +245,7 @@ fn check_logits(logits: &[f32]) -> Result<()> {
 pub fn argmax(values: &[f32]) -> u32 {
     // The maximum in vector lanes, then its first position: two passes the compiler
     // vectorizes, where one with a branch per score did not.
-    let max = max_of(values);
+    let max = crate::lanes::max_of(values);
     values.iter().position(|&v| v == max).unwrap_or(0) as u32
 }
 
@@ -256,7 +256,7 @@ pub fn argmax(values: &[f32]) -> u32 {
 /// one path, so plain and speculative decoding see the same bits.
 pub fn softmax(logits: &[f32], temperature: f32) -> Vec<f32> {
     #[cfg(target_arch = "x86_64")]
-    if crate::kernels::has_avx2_fma() {
+    if crate::lanes::has_avx2_fma() {
         // SAFETY: the CPU has AVX2 and FMA (checked above).
         return unsafe { softmax_avx2(logits, temperature) };
     }
@@ -273,67 +273,17 @@ unsafe fn softmax_avx2(logits: &[f32], temperature: f32) -> Vec<f32> {
 fn softmax_with<const FMA: bool>(logits: &[f32], temperature: f32) -> Vec<f32> {
     // Loops, not closures: a closure is a function of its own, compiled without the
     // caller's target features (its `mul_add` would be a library call per score).
-    let max = max_of(logits);
+    let max = crate::lanes::max_of(logits);
     let inv_temperature = 1.0 / temperature;
     let mut probs = vec![0f32; logits.len()];
     for (p, &l) in probs.iter_mut().zip(logits) {
         *p = crate::lanes::exp::<FMA>((l - max) * inv_temperature);
     }
-    let inv = (1.0 / sum_f64(&probs)) as f32;
+    let inv = (1.0 / crate::lanes::sum_f64(&probs)) as f32;
     for p in probs.iter_mut() {
         *p *= inv;
     }
     probs
-}
-
-/// Independent lanes, so that the compiler may keep eight of them in one register.
-const LANES: usize = 8;
-
-#[inline(always)]
-fn max_of(xs: &[f32]) -> f32 {
-    let mut lanes = [f32::NEG_INFINITY; LANES];
-    let chunks = xs.chunks_exact(LANES);
-    let mut max = f32::NEG_INFINITY;
-    for &x in chunks.remainder() {
-        max = larger(max, x);
-    }
-    for chunk in chunks {
-        for (lane, &x) in lanes.iter_mut().zip(chunk) {
-            *lane = larger(*lane, x);
-        }
-    }
-    for lane in lanes {
-        max = larger(max, lane);
-    }
-    max
-}
-
-#[inline(always)]
-fn sum_f64(xs: &[f32]) -> f64 {
-    let mut lanes = [0f64; LANES];
-    let chunks = xs.chunks_exact(LANES);
-    let mut sum = 0f64;
-    for &x in chunks.remainder() {
-        sum += x as f64;
-    }
-    for chunk in chunks {
-        for (lane, &x) in lanes.iter_mut().zip(chunk) {
-            *lane += x as f64;
-        }
-    }
-    for lane in lanes {
-        sum += lane;
-    }
-    sum
-}
-
-#[inline(always)]
-fn larger(a: f32, b: f32) -> f32 {
-    if b > a {
-        b
-    } else {
-        a
-    }
 }
 
 /// Zero every token outside top-k, top-p and min-p, and renormalise.

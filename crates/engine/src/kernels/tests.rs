@@ -199,28 +199,3 @@ fn matrices_multiplied_together_give_what_each_gives_alone() {
         }
     }
 }
-
-/// Calls that run serially before the pool is tried again.
-fn spell_length(lateness: &Lateness) -> u32 {
-    let mut n = 0;
-    while lateness.in_serial_spell() {
-        n += 1;
-    }
-    n
-}
-
-#[test]
-fn late_workers_start_serial_spells_that_grow_while_the_load_lasts() {
-    let lateness = Lateness::new();
-    let window = |parallel_ns, alone_ns| (0..LATE_WINDOW).for_each(|_| lateness.record(parallel_ns, alone_ns));
-    window(100, 95);
-    assert_eq!(spell_length(&lateness), 0, "within the host's noise: keep the pool");
-    window(100, 50);
-    assert_eq!(spell_length(&lateness), FIRST_SPELL);
-    window(100, 50);
-    assert_eq!(spell_length(&lateness), 2 * FIRST_SPELL, "a lasting load: longer spells");
-    window(100, 190);
-    assert_eq!(spell_length(&lateness), 0, "the pool pays again");
-    window(100, 50);
-    assert_eq!(spell_length(&lateness), FIRST_SPELL, "and a new load starts short");
-}
