@@ -89,26 +89,42 @@ impl CustomOp3 for RowExactAttention {
         let scale = 1.0 / (head_dim as f32).sqrt();
         let mut out = vec![0f32; n * n_head * head_dim];
         let out_ptr = out.as_mut_ptr() as usize;
-        // Output row-major [n, n_head, head_dim]: item `idx` is one (query, head) pair.
+        // An item is one query position, one kv head and a run of the query heads that share
+        // it: the kv head's cached keys and values are read once for the run, not once per
+        // query head (at 1,500 positions a kv head's are 1.5 MB, past a core's L2, and six
+        // query heads each read them again). Runs are only shortened to give every thread an
+        // item; a head's arithmetic is the same in any run, so no bit depends on the split.
+        let threads = crate::kernels::pool_threads();
+        let runs = threads.div_ceil(n * n_kv_head).clamp(1, group);
+        let run_len = group.div_ceil(runs);
+        let runs = group.div_ceil(run_len);
         let attend = |items: std::ops::Range<usize>| {
+            let mut scores = Vec::new();
             for idx in items {
-                let (i, h) = (idx / n_head, idx % n_head);
-                let kv_head = h / group;
-                let query = &q[(h * n + i) * head_dim..][..head_dim];
+                let (i, rest) = (idx / (n_kv_head * runs), idx % (n_kv_head * runs));
+                let (kv_head, run) = (rest / runs, rest % runs);
+                let first = kv_head * group + run * run_len;
+                let count = run_len.min((kv_head + 1) * group - first);
                 let p = self.pos + i;
                 let start = window_start(p, self.window);
-                let keys = &k[(kv_head * capacity + start) * head_dim..];
-                let values = &v[(kv_head * capacity + start) * head_dim..];
-                // SAFETY: each item owns its `head_dim` floats of `out`, inside its n · n_head · head_dim.
-                let dst =
-                    unsafe { std::slice::from_raw_parts_mut((out_ptr as *mut f32).add(idx * head_dim), head_dim) };
-                attend_one(query, keys, values, p + 1 - start, scale, dst);
+                let len = p + 1 - start;
+                let heads = QueryHeads { q: &q[(first * n + i) * head_dim..], stride: n * head_dim, count };
+                let keys = &k[(kv_head * capacity + start) * head_dim..][..len * head_dim];
+                let values = &v[(kv_head * capacity + start) * head_dim..][..len * head_dim];
+                // SAFETY: the heads `first .. first + count` of query `i` are this item's alone,
+                // contiguous in the output `[n, n_head, head_dim]`.
+                let dst = unsafe {
+                    let at = (out_ptr as *mut f32).add((i * n_head + first) * head_dim);
+                    std::slice::from_raw_parts_mut(at, count * head_dim)
+                };
+                scores.resize(count * len, 0.0);
+                attend_heads(&heads, keys, values, scale, &mut scores, dst);
             }
         };
         // On the matmuls' pool (whose worker is spinning between them; rayon's sleeping
         // threads had to be woken three times a layer), unless the work is too small to share.
-        let items = n * n_head;
-        match items * (self.kv_len - self.pos) * head_dim >= PARALLEL_WORK {
+        let items = n * n_kv_head * runs;
+        match n * n_head * (self.kv_len - self.pos) * head_dim >= PARALLEL_WORK {
             true => crate::kernels::parallel_items(items, 1, attend),
             false => attend(0..items),
         }
@@ -116,59 +132,181 @@ impl CustomOp3 for RowExactAttention {
     }
 }
 
+/// `count` query heads of one position that share a kv head: head `g` at `q[g * stride..]`.
+struct QueryHeads<'a> {
+    q: &'a [f32],
+    stride: usize,
+    count: usize,
+}
+
+impl QueryHeads<'_> {
+    #[inline(always)]
+    fn head(&self, g: usize, d: usize) -> &[f32] {
+        &self.q[g * self.stride..][..d]
+    }
+}
+
 /// Multiply-adds from which attention is split over threads.
 const PARALLEL_WORK: usize = 1 << 16;
 
-/// One query over the first `len` cached positions: softmax(q·k / sqrt(d)) · v into `dst`.
-/// With FMA (checked once per process) the same arithmetic in fused multiply-adds on AVX2
-/// registers; a process keeps one path, so a row's result still never depends on its batch.
-fn attend_one(query: &[f32], keys: &[f32], values: &[f32], len: usize, scale: f32, dst: &mut [f32]) {
+/// Each query head over the cached positions: softmax(q·k / sqrt(d)) · v, head `g` into
+/// `dst[g * d..]`; `scores` holds `count × len`. Each key and value row is loaded once for all
+/// the heads. With FMA (checked once per process) the same arithmetic in fused multiply-adds
+/// on AVX2 registers; a process keeps one path, so a row's result still never depends on its
+/// batch.
+fn attend_heads(heads: &QueryHeads, keys: &[f32], values: &[f32], scale: f32, scores: &mut [f32], dst: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if crate::lanes::has_avx2_fma() {
         // SAFETY: the CPU has AVX2 and FMA (checked above).
-        return unsafe { attend_one_fma(query, keys, values, len, scale, dst) };
+        return unsafe { attend_heads_fma(heads, keys, values, scale, scores, dst) };
     }
-    attend_one_with::<false>(query, keys, values, len, scale, dst)
+    attend_heads_with::<false>(heads, keys, values, scale, scores, dst)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn attend_one_fma(query: &[f32], keys: &[f32], values: &[f32], len: usize, scale: f32, dst: &mut [f32]) {
-    attend_one_with::<true>(query, keys, values, len, scale, dst)
+unsafe fn attend_heads_fma(
+    heads: &QueryHeads,
+    keys: &[f32],
+    values: &[f32],
+    scale: f32,
+    scores: &mut [f32],
+    dst: &mut [f32],
+) {
+    attend_heads_with::<true>(heads, keys, values, scale, scores, dst)
 }
 
 #[inline(always)]
-fn attend_one_with<const FMA: bool>(
-    query: &[f32],
+fn attend_heads_with<const FMA: bool>(
+    heads: &QueryHeads,
     keys: &[f32],
     values: &[f32],
-    len: usize,
     scale: f32,
+    scores: &mut [f32],
     dst: &mut [f32],
 ) {
-    let d = query.len();
+    let d = dst.len() / heads.count;
+    let len = keys.len() / d;
     // Plain loops, no closures: a closure is compiled without the caller's target features,
     // and `mul_add` there becomes a call to libm's `fmaf`.
-    let mut scores = vec![0f32; len];
-    for (j, score) in scores.iter_mut().enumerate() {
-        *score = dot::<FMA>(query, &keys[j * d..][..d]) * scale;
-    }
-    let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0f32;
-    for s in scores.iter_mut() {
-        *s = (*s - max).exp();
-        sum += *s;
+    score_keys::<FMA>(heads, keys, d, scale, scores);
+    let mut inverse_sums = vec![0f32; heads.count];
+    for (row, inverse) in scores.chunks_exact_mut(len).zip(&mut inverse_sums) {
+        // libm's exponential to the bit in all but a few in a million, summed in order in
+        // f32 (in f64 lanes, the greedy golden replies moved).
+        let max = crate::lanes::max_of(row);
+        for s in row.iter_mut() {
+            *s = crate::lanes::exp_rounded::<FMA>(*s - max);
+        }
+        *inverse = 1.0 / row.iter().sum::<f32>();
     }
     dst.fill(0.0);
-    for (j, &w) in scores.iter().enumerate() {
-        for (o, &x) in dst.iter_mut().zip(&values[j * d..][..d]) {
-            *o = crate::lanes::multiply_add::<FMA>(w, x, *o);
+    // Tiles of value rows that stay in L1 while each head's weighted sum runs over them, in
+    // strips of STRIP floats held in registers: the sum is in position order either way.
+    for (t, tile) in values.chunks(TILE * d).enumerate() {
+        for (g, out) in dst.chunks_exact_mut(d).enumerate() {
+            let weights = &scores[g * len + t * TILE..][..tile.len() / d];
+            for (s, strip) in out.chunks_mut(STRIP).enumerate() {
+                match strip.len() == STRIP {
+                    true => accumulate_strip::<FMA>(strip.try_into().unwrap(), weights, tile, s * STRIP, d),
+                    false => {
+                        for (&w, row) in weights.iter().zip(tile.chunks_exact(d)) {
+                            for (o, &x) in strip.iter_mut().zip(&row[s * STRIP..]) {
+                                *o = crate::lanes::multiply_add::<FMA>(w, x, *o);
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
-    let inv = 1.0 / sum;
-    for o in dst.iter_mut() {
-        *o *= inv;
+    for (out, inverse) in dst.chunks_exact_mut(d).zip(inverse_sums) {
+        for o in out.iter_mut() {
+            *o *= inverse;
+        }
     }
+}
+
+/// `scores[g * len + j] = q_g · k_j · scale`, each key row loaded once for all the heads.
+#[inline(always)]
+fn score_keys<const FMA: bool>(heads: &QueryHeads, keys: &[f32], d: usize, scale: f32, scores: &mut [f32]) {
+    let len = keys.len() / d;
+    #[cfg(target_arch = "x86_64")]
+    if FMA && d.is_multiple_of(8) {
+        // Eight keys at a time: eight independent chains of fused multiply-adds, summed
+        // across in one transposing tree. The last few keys go through the same code padded
+        // with zero rows, so every key's score has the same arithmetic.
+        let mut padded = Vec::new();
+        for (block, rows) in keys.chunks(8 * d).enumerate() {
+            let rows = match rows.len() == 8 * d {
+                true => rows,
+                false => {
+                    padded.resize(8 * d, 0.0);
+                    padded[..rows.len()].copy_from_slice(rows);
+                    &padded[..]
+                }
+            };
+            let count = (rows.len() / d).min(len - 8 * block);
+            for g in 0..heads.count {
+                // SAFETY: `FMA` is true only on the path `has_avx2_fma` chose; `rows` holds
+                // eight rows of `d`.
+                let eight = unsafe { dot8_fma(heads.head(g, d), rows) };
+                for (score, dot) in scores[g * len + 8 * block..][..count].iter_mut().zip(eight) {
+                    *score = dot * scale;
+                }
+            }
+        }
+        return;
+    }
+    for (j, key) in keys.chunks_exact(d).enumerate() {
+        for g in 0..heads.count {
+            scores[g * len + j] = dot::<FMA>(heads.head(g, d), key) * scale;
+        }
+    }
+}
+
+/// The dot products of `q` with the eight rows of `rows` (`8 × q.len()`, a multiple of 8).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot8_fma(q: &[f32], rows: &[f32]) -> [f32; 8] {
+    use std::arch::x86_64::*;
+    let d = q.len();
+    assert!(rows.len() >= 8 * d && d.is_multiple_of(8));
+    let (pq, pk) = (q.as_ptr(), rows.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); 8];
+    for c in (0..d).step_by(8) {
+        let qv = _mm256_loadu_ps(pq.add(c));
+        for (r, acc) in acc.iter_mut().enumerate() {
+            *acc = _mm256_fmadd_ps(qv, _mm256_loadu_ps(pk.add(r * d + c)), *acc);
+        }
+    }
+    // Pairs, quads, then the two halves: lane r of the result is row r's sum.
+    let pairs = |a, b| _mm256_hadd_ps(a, b);
+    let (s01, s23, s45, s67) =
+        (pairs(acc[0], acc[1]), pairs(acc[2], acc[3]), pairs(acc[4], acc[5]), pairs(acc[6], acc[7]));
+    let (t0, t1) = (_mm256_hadd_ps(s01, s23), _mm256_hadd_ps(s45, s67));
+    let sum = _mm256_add_ps(_mm256_permute2f128_ps::<0x20>(t0, t1), _mm256_permute2f128_ps::<0x31>(t0, t1));
+    let mut out = [0f32; 8];
+    _mm256_storeu_ps(out.as_mut_ptr(), sum);
+    out
+}
+
+/// Value rows per tile: 16 KB of a 128-float head.
+const TILE: usize = 32;
+/// Floats of a head's output kept in registers: eight AVX2 registers.
+const STRIP: usize = 64;
+
+/// `acc += Σ weights[j] · rows[j][offset..offset + STRIP]`, j in order.
+#[inline(always)]
+fn accumulate_strip<const FMA: bool>(acc: &mut [f32; STRIP], weights: &[f32], rows: &[f32], offset: usize, d: usize) {
+    let mut sum = *acc;
+    for (&w, row) in weights.iter().zip(rows.chunks_exact(d)) {
+        let x: &[f32; STRIP] = row[offset..offset + STRIP].try_into().expect("a strip inside the row");
+        for l in 0..STRIP {
+            sum[l] = crate::lanes::multiply_add::<FMA>(w, x[l], sum[l]);
+        }
+    }
+    *acc = sum;
 }
 
 /// A dot product, summed in a fixed order, which keeps results reproducible.
@@ -266,6 +404,23 @@ mod tests {
     }
 
     #[test]
+    fn model_sized_heads_match_tensor_ops() {
+        for (n_head, n_kv_head, d, len, n) in [(12, 2, 128, 45, 5), (14, 2, 64, 20, 1), (4, 4, 12, 11, 3)] {
+            let mut cache = KvCache::new(n_kv_head, len, d, &Device::Cpu).unwrap();
+            cache.append(&random((n_kv_head, len, d), 31), &random((n_kv_head, len, d), 32)).unwrap();
+            let q = random((n_head, n, d), 33);
+            let ours: Vec<f32> =
+                causal_attention(&q, &cache, len - n, None).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+            let (k, v) = cache.buffers();
+            let theirs: Vec<f32> =
+                tensor_attention(&q, k, v, len - n, len, usize::MAX).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+            for (a, b) in ours.iter().zip(&theirs) {
+                assert!((a - b).abs() < 1e-5, "{n_head} heads of {d}: {a} vs {b}");
+            }
+        }
+    }
+
+    #[test]
     fn the_fused_dot_product_agrees_with_the_plain_one_at_every_length() {
         #[cfg(target_arch = "x86_64")]
         if crate::lanes::has_avx2_fma() {
@@ -300,6 +455,26 @@ mod tests {
             let qi = q.narrow(1, i, 1).unwrap();
             let row: Vec<Vec<f32>> = causal_attention(&qi, &alone, 6 + i, None).unwrap().to_vec2().unwrap();
             assert_eq!(&row[0], expected);
+        }
+    }
+
+    #[test]
+    fn a_head_gets_the_same_bits_in_any_run_of_heads() {
+        // Runs are cut by thread count; whatever the cut, each head computes alone.
+        for (d, len) in [(128, 37), (64, 16), (8, 3), (12, 9)] {
+            let flat = |shape, seed| random(shape, seed).flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            let (q, keys, values) = (flat((6, 1, d), 21), flat((1, len, d), 22), flat((1, len, d), 23));
+            let run = |first: usize, count: usize| {
+                let heads = QueryHeads { q: &q[first * d..], stride: d, count };
+                let (mut scores, mut out) = (vec![0.0; count * len], vec![0.0; count * d]);
+                attend_heads(&heads, &keys, &values, 0.1, &mut scores, &mut out);
+                out
+            };
+            let together = run(0, 6);
+            for head in 0..6 {
+                assert_eq!(run(head, 1), together[head * d..][..d], "d {d}, {len} positions, head {head}");
+            }
+            assert_eq!(run(3, 3), together[3 * d..], "d {d}: a run of the last three");
         }
     }
 

@@ -29,7 +29,7 @@ use candle_core::quantized::GgmlDType;
 use half::f16;
 use std::sync::OnceLock;
 
-pub(crate) use pool::parallel_items;
+pub(crate) use pool::{parallel_items, pool_threads};
 
 /// Output rows interleaved in one group: one per 32-bit lane of a 256-bit register.
 pub const COLS: usize = 8;

@@ -3,6 +3,11 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 
+/// Threads that share a parallel call: the pool's workers and the caller.
+pub(crate) fn pool_threads() -> usize {
+    candle_core::utils::barrier_pool().n_workers() + 1
+}
+
 /// `f` over `0..n_items`, split over candle's thread pool by guided self-scheduling: each grab
 /// takes a share of what is left (at least `min_grab` items), so grabs shrink toward the end
 /// and the threads finish together. (candle's `execute_chunked` grabs fixed sixteenths: at
@@ -13,7 +18,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 /// split changes no bit.
 pub(crate) fn parallel_items(n_items: usize, min_grab: usize, f: impl Fn(std::ops::Range<usize>) + Sync) {
     let pool = candle_core::utils::barrier_pool();
-    let threads = pool.n_workers() + 1;
+    let threads = pool_threads();
     if threads == 1 || n_items <= min_grab || LATENESS.in_serial_spell() {
         return f(0..n_items);
     }
