@@ -124,7 +124,7 @@ impl CustomOp3 for RowExactAttention {
         // On the matmuls' pool (whose worker is spinning between them; rayon's sleeping
         // threads had to be woken three times a layer), unless the work is too small to share.
         let items = n * n_kv_head * runs;
-        match n * n_head * (self.kv_len - self.pos) * head_dim >= PARALLEL_WORK {
+        match n * n_head * self.kv_len * head_dim >= PARALLEL_WORK {
             true => crate::kernels::parallel_items(items, 1, attend),
             false => attend(0..items),
         }
