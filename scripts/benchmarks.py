@@ -63,19 +63,19 @@ SECTIONS = {
     ),
     "auto.json": (
         "Auto k over every set",
-        f"{M}; target/release/specula bench --model $T --draft $D --k auto --limit 5 --json bench/auto.json",
+        f"{M}; target/release/specula bench --model $T --draft $D --k auto --limit 5 --repeat 3 --json bench/auto.json",
         "Auto k alone, code then prose then edit prompts in one session.",
     ),
     "auto-load.json": (
         "Auto k with another process on the CPU",
         f"{M}; yes > /dev/null & target/release/specula bench --model $T --draft $D --k auto --limit 5 "
-        "--json bench/auto-load.json; kill $!",
+        "--repeat 3 --json bench/auto-load.json; kill $!",
         "As above while a busy process holds one of the two cores (a desktop with a compile running): plain and "
         "speculative replies both run beside it, and auto k must not lose to plain.",
     ),
     "lookup.json": (
         "Prompt lookup on edits, k 4 and auto",
-        f"{M}; target/release/specula bench --model $T --drafter lookup --k 4,auto --kind edit --limit 5 --json bench/lookup.json",
+        f"{M}; target/release/specula bench --model $T --drafter lookup --k 4,auto --kind edit --limit 5 --repeat 3 --json bench/lookup.json",
         "The drafter copies n-grams from the prompt: no draft model, so drafting costs nothing but the wider pass.",
     ),
     "code.json": (
@@ -114,10 +114,11 @@ def speculative_tables(data: dict) -> str:
     parts = [
         f"Target `{Path(data['model']).name}`"
         + (f", draft `{Path(data['draft']).name}`" if data.get("draft") else "")
-        + f", {data['max_tokens']} tokens per reply, {data['threads']} threads.",
+        + f", {data['max_tokens']} tokens per reply, {data['threads']} threads"
+        + (f", each prompt decoded {data['repeat']} times each way, in turn." if data.get("repeat", 1) > 1 else "."),
         "Cost of one target pass over n tokens:",
         table(["n", "ms", "x one token"], [[c["n"], f"{c['ms']:.1f}", f"{c['ratio']:.2f}"] for c in data["forward_costs"]]),
-        "Per set and k (medians of the set's replies; `speedup` is speculative over plain, same prompts, same run):",
+        "Per set and k (all the set's tokens over all its time; `speedup` is speculative over plain, same prompts, same run):",
         table(
             ["set", "k", "plain tok/s", "spec tok/s", "speedup", "accepted", "tokens/pass", "k used", "identical"],
             [
@@ -227,7 +228,8 @@ def readme_summary() -> str:
         identical = next((s["identical"] for s in auto if s["kind"] == "all"), None)
         tail = f"; every reply identical to plain ({identical})" if identical else ""
         date = datetime.fromtimestamp(data["unix_time"], timezone.utc).strftime("%Y-%m-%d") if "unix_time" in data else ""
-        lines.append(f"- `specula bench --k auto --limit 5` ({date}, model draft, {data['max_tokens']} tokens, same prompts in one run): {sets}{tail}.")
+        repeat = f" --repeat {data['repeat']}" if data.get("repeat", 1) > 1 else ""
+        lines.append(f"- `specula bench --k auto --limit 5{repeat}` ({date}, model draft, {data['max_tokens']} tokens, same prompts in one run): {sets}{tail}.")
     lookup = BENCH / "lookup.json"
     if lookup.exists():
         rows = {s["k"]: s for s in json.loads(lookup.read_text())["summary"] if s["kind"] == "all"}

@@ -30,6 +30,10 @@ pub struct BenchArgs {
     limit: Option<usize>,
     #[arg(long, default_value_t = 64)]
     max_tokens: usize,
+    /// Decode each prompt this many times each way, plain and speculative in turn: on a
+    /// noisy host one reply of the same work can take 25% more or less than the next.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    repeat: u32,
     /// Write every figure here as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -82,6 +86,8 @@ struct Report<'a> {
     model: String,
     draft: String,
     max_tokens: usize,
+    /// Times each prompt was decoded each way (one run each in `runs`).
+    repeat: u32,
     threads: usize,
     forward_costs: &'a [ForwardCost],
     runs: &'a [Run],
@@ -155,7 +161,7 @@ pub fn bench(args: BenchArgs) -> CliResult {
         let prompt = session
             .chat_prompt(&[specula_engine::Message::user(item.prompt.clone())], &[])
             .map_err(|e| e.to_string())?;
-        for k in &args.ks {
+        for k in args.ks.iter().flat_map(|k| std::iter::repeat_n(k, args.repeat as usize)) {
             // Plain and speculative back to back, per k, so both see the same machine state.
             let plain = session.generate_plain(&prompt, &options, &mut NullSink).map_err(|e| e.to_string())?;
             let decoding = crate::run::decoding(&args.model, *k, &session);
@@ -186,6 +192,7 @@ pub fn bench(args: BenchArgs) -> CliResult {
             model: args.model.model.display().to_string(),
             draft: args.model.draft.as_ref().map(|d| d.display().to_string()).unwrap_or_default(),
             max_tokens: args.max_tokens,
+            repeat: args.repeat,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             forward_costs: &costs,
             runs: &runs,

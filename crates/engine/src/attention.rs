@@ -146,8 +146,9 @@ impl QueryHeads<'_> {
     }
 }
 
-/// Multiply-adds from which attention is split over threads.
-const PARALLEL_WORK: usize = 1 << 16;
+/// Multiply-adds from which attention is split over threads: the target's decoding from about
+/// 170 cached positions on (below, a split's hand-over costs about what it saves).
+const PARALLEL_WORK: usize = 1 << 18;
 
 /// Each query head over the cached positions: softmax(q·k / sqrt(d)) · v, head `g` into
 /// `dst[g * d..]`; `scores` holds `count × len`. Each key and value row is loaded once for all

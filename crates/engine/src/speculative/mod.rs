@@ -97,6 +97,7 @@ pub fn generate_speculative(
     if !start(target, prompt, sink)? {
         return Ok(Generation::cancelled(prompt.len()));
     }
+    costs.new_reply();
     let started = Instant::now();
     let Some(cached) = prefill_measuring_plain_step(target, prompt, costs, sink)? else {
         return Ok(Generation::cancelled(prompt.len()));
