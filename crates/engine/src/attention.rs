@@ -118,7 +118,7 @@ impl CustomOp3 for RowExactAttention {
                     std::slice::from_raw_parts_mut(at, count * head_dim)
                 };
                 scores.resize(count * len, 0.0);
-                attend_heads(&heads, keys, values, scale, &mut scores, dst);
+                attend_heads(&Attend { heads, keys, values, scale }, &mut scores, dst);
             }
         };
         // On the matmuls' pool (whose worker is spinning between them; rayon's sleeping
@@ -132,7 +132,17 @@ impl CustomOp3 for RowExactAttention {
     }
 }
 
+/// One item's work: query heads over a kv head's cached keys and values (`len × d` each).
+#[derive(Clone, Copy)]
+struct Attend<'a> {
+    heads: QueryHeads<'a>,
+    keys: &'a [f32],
+    values: &'a [f32],
+    scale: f32,
+}
+
 /// `count` query heads of one position that share a kv head: head `g` at `q[g * stride..]`.
+#[derive(Clone, Copy)]
 struct QueryHeads<'a> {
     q: &'a [f32],
     stride: usize,
@@ -155,46 +165,33 @@ const PARALLEL_WORK: usize = 1 << 18;
 /// the heads. With FMA (checked once per process) the same arithmetic in fused multiply-adds
 /// on AVX2 registers; a process keeps one path, so a row's result still never depends on its
 /// batch.
-fn attend_heads(heads: &QueryHeads, keys: &[f32], values: &[f32], scale: f32, scores: &mut [f32], dst: &mut [f32]) {
+fn attend_heads(job: &Attend, scores: &mut [f32], dst: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if crate::lanes::has_avx2_fma() {
         // SAFETY: the CPU has AVX2 and FMA (checked above).
-        return unsafe { attend_heads_fma(heads, keys, values, scale, scores, dst) };
+        return unsafe { attend_heads_fma(job, scores, dst) };
     }
-    attend_heads_with::<false>(heads, keys, values, scale, scores, dst)
+    attend_heads_with::<false>(job, scores, dst)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn attend_heads_fma(
-    heads: &QueryHeads,
-    keys: &[f32],
-    values: &[f32],
-    scale: f32,
-    scores: &mut [f32],
-    dst: &mut [f32],
-) {
-    attend_heads_with::<true>(heads, keys, values, scale, scores, dst)
+unsafe fn attend_heads_fma(job: &Attend, scores: &mut [f32], dst: &mut [f32]) {
+    attend_heads_with::<true>(job, scores, dst)
 }
 
 #[inline(always)]
-fn attend_heads_with<const FMA: bool>(
-    heads: &QueryHeads,
-    keys: &[f32],
-    values: &[f32],
-    scale: f32,
-    scores: &mut [f32],
-    dst: &mut [f32],
-) {
+fn attend_heads_with<const FMA: bool>(job: &Attend, scores: &mut [f32], dst: &mut [f32]) {
+    let Attend { heads, keys, values, scale } = *job;
     let d = dst.len() / heads.count;
     let len = keys.len() / d;
     // Plain loops, no closures: a closure is compiled without the caller's target features,
     // and `mul_add` there becomes a call to libm's `fmaf`.
-    score_keys::<FMA>(heads, keys, d, scale, scores);
+    score_keys::<FMA>(&heads, keys, d, scale, scores);
     let mut inverse_sums = vec![0f32; heads.count];
     for (row, inverse) in scores.chunks_exact_mut(len).zip(&mut inverse_sums) {
-        // libm's exponential to the bit in all but a few in a million, summed in order in
-        // f32 (in f64 lanes, the greedy golden replies moved).
+        // e^x correctly rounded but for a few in a million (with the 2-ulp `lanes::exp` the
+        // greedy golden replies moved), summed in order in f32 (in f64 lanes they moved too).
         let max = crate::lanes::max_of(row);
         for s in row.iter_mut() {
             *s = crate::lanes::exp_rounded::<FMA>(*s - max);
@@ -468,7 +465,7 @@ mod tests {
             let run = |first: usize, count: usize| {
                 let heads = QueryHeads { q: &q[first * d..], stride: d, count };
                 let (mut scores, mut out) = (vec![0.0; count * len], vec![0.0; count * d]);
-                attend_heads(&heads, &keys, &values, 0.1, &mut scores, &mut out);
+                attend_heads(&Attend { heads, keys: &keys, values: &values, scale: 0.1 }, &mut scores, &mut out);
                 out
             };
             let together = run(0, 6);
