@@ -8,11 +8,12 @@ cd "$(dirname "$0")/.."
 models="${SPECULA_MODELS_DIR:-$HOME/.cache/specula/models}"
 target="$models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 cargo build --quiet --release -p specula-cli
+specula="${CARGO_TARGET_DIR:-target}/release/specula"
 out=crates/engine/data/draft-corpus.txt
 : > "$out"
 while IFS= read -r prompt; do
     [ -n "$prompt" ] || continue
-    target/release/specula generate --model "$target" --prompt "$prompt" --mode greedy --max-tokens 200 \
+    "$specula" generate --model "$target" --prompt "$prompt" --mode greedy --max-tokens 200 \
         --device cpu --json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["text"])' >> "$out"
     printf '\n' >> "$out"
 done < crates/engine/data/corpus-prompts.txt

@@ -1,5 +1,6 @@
 //! How far a draft's output layer can be cut: for each N, the greedy acceptance of a draft
-//! that may propose only the N most frequent tokens (ids `0..N` and the special tokens),
+//! that may propose only the N most frequent tokens, the special tokens and the tokens of
+//! the conversation so far,
 //! measured teacher-forced on the target's own greedy replies to the bench prompts, and the
 //! cost of one draft step. Writes its figures as JSON to the path given.
 //!
@@ -67,10 +68,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         sequence.extend(reply.tokens.iter().map(|t| t.id));
         draft.model.truncate(0);
         let logits = draft.model.forward_all(&sequence[..sequence.len() - 1])?;
+        // A pruned head also scores the conversation's own tokens (the prompt's and the
+        // reply's so far), as the draft does.
+        let mut in_context = vec![false; vocab];
         for i in prompt.len() - 1..sequence.len() - 1 {
+            sequence[..=i].iter().for_each(|&id| in_context[id as usize] = true);
             let wanted = sequence[i + 1] as usize;
             for (s, mask) in SIZES.iter().zip(&allowed) {
-                let best = (0..vocab).filter(|&id| mask[id]).max_by(|&a, &b| logits[i][a].total_cmp(&logits[i][b]));
+                let best = (0..vocab)
+                    .filter(|&id| mask[id] || in_context[id])
+                    .max_by(|&a, &b| logits[i][a].total_cmp(&logits[i][b]));
                 let entry = hits.entry((kind.clone(), *s)).or_default();
                 entry.0 += usize::from(best == Some(wanted));
                 entry.1 += 1;
@@ -106,20 +113,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         target.model.truncate(context.len());
     }
     println!("{}", cpu_description());
-    println!("| N | draft step ms | c | acceptance (code) | acceptance (prose) |\n|---|---|---|---|---|");
+    println!("| N | draft step ms | c | acceptance (code) | acceptance (prose) | acceptance (edit) |\n|---|---|---|---|---|---|");
     let mut rows = Vec::new();
     for (s, ms) in SIZES.iter().zip(&costs) {
         let rate = |kind: &str| hits.get(&(kind.to_string(), *s)).map_or(0.0, |(h, n)| *h as f64 / (*n).max(1) as f64);
         let label = if *s >= vocab { format!("{vocab} (all)") } else { s.to_string() };
-        println!("| {label} | {ms:.2} | {:.3} | {:.3} | {:.3} |", ms / plain, rate("code"), rate("prose"));
+        let (code, prose, edit) = (rate("code"), rate("prose"), rate("edit"));
+        println!("| {label} | {ms:.2} | {:.3} | {code:.3} | {prose:.3} | {edit:.3} |", ms / plain);
         rows.push(serde_json::json!({
             "n": s.min(&vocab), "draft_step_ms": ms, "c": ms / plain,
-            "acceptance_code": rate("code"), "acceptance_prose": rate("prose"),
+            "acceptance_code": code, "acceptance_prose": prose, "acceptance_edit": edit,
         }));
     }
     let report = serde_json::json!({
         "what": "greedy acceptance of a draft cut to its N most frequent tokens, teacher-forced on the target's greedy replies",
         "cpu": cpu_description(),
+        "unix_time": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs(),
         "target_step_ms": plain,
         "prompts_per_kind": per_kind,
         "sizes": rows,

@@ -50,8 +50,11 @@ use std::path::Path;
 /// (the 1.5B target needs 28 layers x 2 x 2 heads x 128 x 4 B = 57 KiB per position).
 pub const DEFAULT_CONTEXT: usize = 4096;
 
-/// Tokens a draft may propose by default ([`Session::set_draft_vocab`]); `None`: all of them.
-pub const DEFAULT_DRAFT_VOCAB: Option<usize> = None;
+/// Tokens a draft may propose by default ([`Session::set_draft_vocab`]), besides the special
+/// tokens and the conversation's own; `None`: all of them. Measured with the Qwen2.5-Coder
+/// pair (`examples/draft_vocab.rs`, bench/draft-vocab.json): cut to 32k of 151,936 tokens the
+/// draft reads 30% fewer bytes a token and keeps its greedy acceptance within 0.4-3 points.
+pub const DEFAULT_DRAFT_VOCAB: Option<usize> = Some(32768);
 
 /// Everything one GGUF file gives: the model, its tokenizer and its chat template.
 pub struct LoadedModel {

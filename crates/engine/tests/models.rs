@@ -101,6 +101,42 @@ fn gemma3_rollback_is_exact() {
     rollback_forgets_rejected_tokens(GEMMA);
 }
 
+/// A draft's output layer cut to some tokens (the pruned head) scores them with the full
+/// layer's bits, scores the tokens it was fed too (the conversation's words, within the
+/// activations' rounding), gives every other token -inf, and forgets fed tokens on rollback.
+#[test]
+fn a_pruned_head_scores_its_tokens_and_the_conversations() {
+    let tokens = input(DRAFT, 40);
+    let mut full = load(DRAFT);
+    let expected = rows(&full.forward(&tokens).unwrap());
+    let gguf = GgufFile::open(model(DRAFT)).unwrap();
+    let tokenizer = specula_engine::Tokenizer::from_gguf(&gguf).unwrap();
+    let ids = specula_engine::session::pruned_vocab(&tokenizer, 2000);
+    let mut pruned = load(DRAFT);
+    assert!(pruned.restrict_output(Some(&ids)).unwrap());
+    let got = rows(&pruned.forward(&tokens).unwrap());
+    let frequent: std::collections::HashSet<u32> = ids.iter().copied().collect();
+    let fed_later = |t: &u32| !frequent.contains(t) && !tokens[..10].contains(t);
+    let rare: Vec<u32> = tokens.iter().copied().filter(|t| !frequent.contains(t)).collect();
+    assert!(tokens[10..].iter().any(fed_later), "the input must feed rare tokens after position 10: {rare:?}");
+    for (want, have) in expected.iter().zip(&got) {
+        for id in 0..want.len() as u32 {
+            let (w, h) = (want[id as usize], have[id as usize]);
+            match (frequent.contains(&id), tokens.contains(&id)) {
+                (true, _) => assert_eq!(w.to_bits(), h.to_bits(), "token {id}"),
+                (false, true) => assert!((w - h).abs() < 0.25, "fed token {id}: {h} against {w}"),
+                (false, false) => assert_eq!(h, f32::NEG_INFINITY, "token {id} was neither kept nor fed"),
+            }
+        }
+    }
+    // Rolled back to 10 positions, the rare tokens first fed after them score -inf again.
+    pruned.truncate(10);
+    let after = rows(&pruned.forward(&tokens[10..11]).unwrap());
+    for id in tokens[11..].iter().filter(|t| fed_later(t) && **t != tokens[10]) {
+        assert_eq!(after[0][*id as usize], f32::NEG_INFINITY, "token {id} outlived the rollback");
+    }
+}
+
 /// The last position against candle-transformers' own quantized model, fed one token at a time.
 /// Not bit-exact: on x86 candle multiplies Q4_K/Q6_K weights with repacked tile kernels that
 /// quantize activations their own way (and batched prompts take yet other kernels), so the

@@ -22,7 +22,13 @@ fn pair() -> Pair {
     let target = LoadedModel::load(model(TARGET), &device(), 1024).unwrap();
     let draft = LoadedModel::load(model(DRAFT), &device(), 1024).unwrap();
     specula_engine::check_pair(&target.tokenizer, &draft.tokenizer).unwrap();
-    Pair { target, draft: DraftModel::new(draft.model) }
+    let mut draft = DraftModel::new(draft.model);
+    // The draft as it ships: its output layer cut to the default vocabulary.
+    if let Some(n) = specula_engine::DEFAULT_DRAFT_VOCAB {
+        let ids = specula_engine::session::pruned_vocab(&target.tokenizer, n);
+        assert!(draft.restrict_vocab(Some(&ids)).unwrap());
+    }
+    Pair { target, draft }
 }
 
 fn speculate(pair: &mut Pair, prompt: &[u32], options: &GenerateOptions, k: KSetting) -> Generation {

@@ -35,9 +35,9 @@ pub trait CausalLm: Send {
     fn device(&self) -> Device {
         Device::Cpu
     }
-    /// Score only the tokens `ids` from now on (the others get -inf), or all again with
-    /// `None`: a draft's output layer cut down to the tokens worth proposing. Returns whether
-    /// the model could.
+    /// Score only the tokens `ids` from now on (the others get -inf), and the tokens fed from
+    /// then on (the conversation's own words), or all again with `None`: a draft's output
+    /// layer cut down to the tokens worth proposing. Returns whether the model could.
     fn restrict_output(&mut self, _ids: Option<&[u32]>) -> Result<bool> {
         Ok(false)
     }
