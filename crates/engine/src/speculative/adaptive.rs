@@ -84,6 +84,10 @@ const MAX_PROBE_INTERVAL: usize = 1024;
 /// Drafting steps before auto re-measures a plain step (which costs nothing but one step's
 /// gain). Often enough to notice within a second or two that the host got slower or faster.
 const PLAIN_EVERY: usize = 32;
+/// Drafting steps after which auto drafts one token more than its best once: the cost of a pass
+/// it never makes is never re-measured, and one early, noisy sample of a wide pass (before the
+/// caches were warm) kept k at 1 on code, where k = 2 to 4 paid 1.4x, for a whole bench.
+const WIDER_EVERY: usize = 4;
 /// Drafting steps whose realized rate must be known before a small loss can overrule the
 /// model; a large one (twice plain's time per token) overrules it after one step.
 const REALIZED_STEPS: f64 = 4.0;
@@ -96,6 +100,12 @@ const PROBE_STEPS: usize = 4;
 /// How much slower than plain drafting may run, realized, before auto stops it: within the
 /// noise of the measurements, not a loss anyone notices.
 const TOLERATED_LOSS: f64 = 0.03;
+/// How much longer than the measured costs predict drafting steps may take before their
+/// realized rate overrules the model. Within it, a realized loss is the text's (a run of
+/// rejected drafts), which the acceptance estimate weighs; judged on the realized rate alone,
+/// two rejected steps in a row stopped drafting for the rest of a code reply whose acceptance
+/// was 0.94.
+const COST_TOLERANCE: f64 = 0.15;
 /// A drafter whose token costs under this share of a plain step is free (prompt lookup: a few
 /// microseconds against tens of milliseconds).
 const FREE_DRAFT: f64 = 0.02;
@@ -118,11 +128,15 @@ pub struct CostModel {
     trials: f64,
     since_plain: usize,
     since_draft: usize,
+    /// Drafting steps since auto last drafted one more than its best ([`WIDER_EVERY`]).
+    since_wider: usize,
     probe_interval: usize,
     /// What drafting steps really delivered, whatever the model predicted: running sums of
     /// committed tokens and of wall time (catch-up, draft, verify and the rest), decayed.
     realized_tokens: f64,
     realized_ms: f64,
+    /// What the measured costs said those steps would take, summed and decayed alike.
+    predicted_ms: f64,
     /// Drafting steps measured since the realized sums were last cleared.
     realized_steps: f64,
     /// Drafting was stopped for losing: only a probe restarts it.
@@ -159,9 +173,11 @@ impl CostModel {
             trials: 0.0,
             since_plain: 0,
             since_draft: 0,
+            since_wider: 0,
             probe_interval: FIRST_PROBE_INTERVAL,
             realized_tokens: 0.0,
             realized_ms: 0.0,
+            predicted_ms: 0.0,
             realized_steps: 0.0,
             suppressed: false,
             trial: 0,
@@ -179,7 +195,7 @@ impl CostModel {
     pub fn new_reply(&mut self) {
         self.hits *= 0.5;
         self.trials *= 0.5;
-        (self.realized_tokens, self.realized_ms, self.realized_steps) = (0.0, 0.0, 0.0);
+        self.forget_realized();
         self.overrun = false;
         self.probe_interval = FIRST_PROBE_INTERVAL;
         if self.draft_ms.is_some() && !self.drafter_is_free() {
@@ -217,19 +233,26 @@ impl CostModel {
         self.trials = self.trials * (1.0 - EMA / 4.0) + trials;
     }
 
-    /// A whole step (catch-up, draft, verify, sampling, commit) that drafted `k` and committed
-    /// `tokens` took `ms` of wall time: what the choice of k really delivered.
+    /// A whole step (draft, verify, sampling, commit; a catch-up is priced before a probe, not
+    /// here) that drafted `k` and committed `tokens` took `ms` of wall time: what the choice of
+    /// k really delivered.
     pub fn record_step(&mut self, k: usize, tokens: usize, ms: f64) {
         if k == 0 {
             self.plain_step_ms = ema(self.plain_step_ms, ms);
             return;
         }
-        self.overrun = self.step_cost(k).is_some_and(|cost| ms > LARGE_LOSS * cost);
+        let predicted = self.step_cost(k).unwrap_or(ms);
+        self.overrun = ms > LARGE_LOSS * predicted;
         // The last few drafting steps count most: the host's load can change under us.
         let keep = 1.0 - EMA;
         self.realized_tokens = self.realized_tokens * keep + tokens as f64;
         self.realized_ms = self.realized_ms * keep + ms;
+        self.predicted_ms = self.predicted_ms * keep + predicted;
         self.realized_steps += 1.0;
+    }
+
+    fn forget_realized(&mut self) {
+        (self.realized_tokens, self.realized_ms, self.predicted_ms, self.realized_steps) = (0.0, 0.0, 0.0, 0.0);
     }
 
     /// What a step drafting `k` costs by the measured draft and pass times.
@@ -241,8 +264,9 @@ impl CostModel {
     fn drafting_loses(&self) -> bool {
         let (Some(plain), true) = (self.plain_step_ms, self.realized_steps > 0.0) else { return false };
         let per_token = self.realized_ms / self.realized_tokens.max(1.0);
-        (per_token > plain * LARGE_LOSS && (self.overrun || self.realized_steps >= 2.0))
-            || (self.realized_steps >= REALIZED_STEPS && per_token > plain * (1.0 + TOLERATED_LOSS))
+        let costs_are_off = self.realized_ms > self.predicted_ms * (1.0 + COST_TOLERANCE);
+        (per_token > plain * LARGE_LOSS && (self.overrun || (costs_are_off && self.realized_steps >= 2.0)))
+            || (costs_are_off && self.realized_steps >= REALIZED_STEPS && per_token > plain * (1.0 + TOLERATED_LOSS))
     }
 
     /// The drafter was fed `tokens` in one go (a prompt prefill or a catch-up) in `ms`.
@@ -364,9 +388,7 @@ impl CostModel {
                 plain = self.plain_step_ms,
                 "auto k: drafting loses"
             );
-            self.realized_tokens = 0.0;
-            self.realized_ms = 0.0;
-            self.realized_steps = 0.0;
+            self.forget_realized();
             self.suppressed = true;
             self.trial = 0;
             self.probe_interval = (self.probe_interval * 2).min(MAX_PROBE_INTERVAL);
@@ -407,6 +429,11 @@ impl CostModel {
         }
         if self.drafting_wins() {
             self.probe_interval = FIRST_PROBE_INTERVAL;
+        }
+        self.since_wider += 1;
+        if best < max && self.since_wider >= WIDER_EVERY {
+            self.since_wider = 0;
+            return best + 1;
         }
         best
     }
@@ -712,6 +739,50 @@ mod tests {
         m.record_draft(1, 1, 20.0);
         m.record_step(1, 2, 1000.0);
         assert_eq!(m.next_k(KSetting::Auto { max: 8 }, 0), 0);
+    }
+
+    #[test]
+    fn a_run_of_rejected_drafts_at_the_measured_costs_is_the_texts_not_a_loss() {
+        // This CPU's costs: a 30 ms step, 10 ms an extra verified token, a 10 ms draft.
+        let cost = |n: usize| 30.0 + 10.0 * (n - 1) as f64;
+        let mut m = CostModel::new();
+        (1..=9).for_each(|n| m.record_verify(n, cost(n)));
+        m.record_step(0, 1, 30.0);
+        let step = |m: &mut CostModel, k: usize, kept: usize| {
+            m.record_draft(k, kept, 10.0 * k as f64);
+            m.record_verify(k + 1, cost(k + 1));
+            m.record_step(k, kept + 1, 10.0 * k as f64 + cost(k + 1));
+        };
+        for _ in 0..20 {
+            let k = m.next_k(KSetting::Auto { max: 8 }, 0);
+            step(&mut m, k.max(1), k.max(1));
+        }
+        // Three steps whose every draft is rejected, each taking what the costs say.
+        for _ in 0..3 {
+            let k = m.next_k(KSetting::Auto { max: 8 }, 0);
+            assert!(k > 0, "drafting stopped after a run of rejections at acceptance {}", m.alpha());
+            step(&mut m, k, 0);
+        }
+        assert!(m.next_k(KSetting::Auto { max: 8 }, 0) > 0);
+    }
+
+    #[test]
+    fn a_wide_pass_measured_dear_once_is_measured_again() {
+        // Passes cost 30 ms and 5 ms an extra token; one early pass over 4 tokens read 90 ms.
+        let cost = |n: usize| 30.0 + 5.0 * (n - 1) as f64;
+        let mut m = CostModel::new();
+        (1..=2).for_each(|n| m.record_verify(n, cost(n)));
+        m.record_verify(4, 90.0);
+        m.record_step(0, 1, 30.0);
+        let mut widest = 0;
+        for _ in 0..60 {
+            let k = m.next_k(KSetting::Auto { max: 8 }, 0).max(1);
+            widest = widest.max(k);
+            m.record_draft(k, k, 8.0 * k as f64);
+            m.record_verify(k + 1, cost(k + 1));
+            m.record_step(k, k + 1, 8.0 * k as f64 + cost(k + 1));
+        }
+        assert!(m.best_k(8) >= 3, "best k {} (widest drafted {widest})", m.best_k(8));
     }
 
     #[test]

@@ -170,7 +170,10 @@ pub fn generate_speculative(
         costs.record_draft(k, outcome.accepted, draft_ms);
         let step_ms = ms(step_started.elapsed());
         tracing::trace!(k, accepted = outcome.accepted, draft_ms, verify_ms, step_ms, "step");
-        costs.record_step(k, reply.tokens.len() - committed_before, step_ms);
+        // The catch-up is a one-off that auto priced before it probed (`repays_catch_up`);
+        // counted in the probe's first step, it read as a loss of twice plain's time and
+        // stopped every probe that followed a plain stretch, whatever its acceptance.
+        costs.record_step(k, reply.tokens.len() - committed_before, step_ms - catch_up_ms);
         totals.record(k, outcome.accepted, catch_up_ms + draft_ms, verify_ms);
         let step = step_event(&reply, costs, &totals, k, outcome.accepted);
         reply.step(&step);
