@@ -132,7 +132,7 @@ pub struct CostModel {
     since_wider: usize,
     probe_interval: usize,
     /// What drafting steps really delivered, whatever the model predicted: running sums of
-    /// committed tokens and of wall time (catch-up, draft, verify and the rest), decayed.
+    /// committed tokens and of wall time (draft, verify and the rest; not a catch-up), decayed.
     realized_tokens: f64,
     realized_ms: f64,
     /// What the measured costs said those steps would take, summed and decayed alike.
