@@ -1,10 +1,16 @@
 //! What each extra activation row costs in a multi-row kernel, relative to one row: the
 //! fastest of many runs, so the machine's noise mostly drops out (criterion reports medians).
+//! Twice: with the matrix in cache (the kernel's arithmetic), and cycling through copies that
+//! together far exceed the last-level cache (weights from memory, as in a real pass).
 //! `cargo run --release -p specula-engine --example row_cost -- q4k|q6k|q5_0|q8_0`
 
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
+use specula_engine::kernels::Packed;
 use std::time::Instant;
+
+/// Copies of the matrix for the cold figures: 24 of the smallest (3 MB) pass 64 MB.
+const COLD_COPIES: usize = 24;
 
 fn fastest(runs: usize, mut f: impl FnMut()) -> f64 {
     (0..runs)
@@ -14,6 +20,24 @@ fn fastest(runs: usize, mut f: impl FnMut()) -> f64 {
             t.elapsed().as_secs_f64()
         })
         .fold(f64::MAX, f64::min)
+}
+
+/// Seconds for one matrix times `m` rows, the fastest of `runs` passes over `mats`.
+fn time_rows(mats: &[Packed], m: usize, runs: usize) -> f64 {
+    let (n, k) = mats[0].shape();
+    let lhs: Vec<f32> = (0..m * k).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect();
+    let mut dst = vec![0f32; m * n];
+    fastest(runs, || {
+        for mat in mats {
+            mat.matmul(m, &lhs, &mut dst).unwrap();
+        }
+    }) / mats.len() as f64
+}
+
+fn report(label: &str, mats: &[Packed], runs: usize) {
+    let one = time_rows(mats, 1, runs);
+    let ratios: Vec<String> = (1..=17).map(|m| format!("{m}: {:.2}", time_rows(mats, m, runs) / one)).collect();
+    println!("{label}: one row {:.3} ms; m rows / one row: {}", one * 1e3, ratios.join(", "));
 }
 
 fn main() {
@@ -26,16 +50,10 @@ fn main() {
         _ => (GgmlDType::Q4K, 8960, 1536),
     };
     let weights = Tensor::randn(0f32, 0.02, (n, k), &Device::Cpu).and_then(|w| QTensor::quantize(&w, dtype)).unwrap();
-    let packed = specula_engine::kernels::Packed::new(dtype, n, k, &weights.data().unwrap()).unwrap().unwrap();
-    let time_rows = |m: usize| {
-        let lhs: Vec<f32> = (0..m * k).map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5).collect();
-        let mut dst = vec![0f32; m * n];
-        fastest(100, || {
-            packed.matmul(m, &lhs, &mut dst).unwrap();
-        })
-    };
-    let one = time_rows(1);
-    let ratios: Vec<String> = (1..=17).map(|m| format!("{m}: {:.2}", time_rows(m) / one)).collect();
+    let bytes = weights.data().unwrap();
+    let pack = || Packed::new(dtype, n, k, &bytes).unwrap().unwrap();
     println!("{}", specula_engine::kernels::cpu_description());
-    println!("{dtype:?} {n}x{k}: one row {:.3} ms; m rows / one row: {}", one * 1e3, ratios.join(", "));
+    report(&format!("{dtype:?} {n}x{k} in cache"), &[pack()], 100);
+    let copies: Vec<Packed> = (0..COLD_COPIES).map(|_| pack()).collect();
+    report(&format!("{dtype:?} {n}x{k} from memory"), &copies, 8);
 }
