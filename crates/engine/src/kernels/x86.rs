@@ -501,7 +501,8 @@ macro_rules! q5_0_kernel {
             for (b, w) in groups.iter().enumerate() {
                 prefetch_ahead(groups, b);
                 let ys: [&q5_0::Act; R] = std::array::from_fn(|r| acts.get_unchecked(r * blocks + b));
-                let mut t = [_mm256_setzero_si256(); R];
+                // Two sums a row, so one row is two chains of 4 multiply-adds, not one of 8.
+                let (mut t_low, mut t_high) = ([_mm256_setzero_si256(); R], [_mm256_setzero_si256(); R]);
                 // One load gives k-groups g (low nibbles) and g + 4 (high), with no branch.
                 for g in 0..4 {
                     let nibbles = _mm256_loadu_si256(w.qs[g].as_ptr().cast());
@@ -511,13 +512,14 @@ macro_rules! q5_0_kernel {
                         $fifth!(w.fifth[g + 4]),
                     );
                     for r in 0..R {
-                        t[r] = $dpbusd!(t[r], first, broadcast(&ys[r].qs, 4 * g));
-                        t[r] = $dpbusd!(t[r], second, broadcast(&ys[r].qs, 16 + 4 * g));
+                        t_low[r] = $dpbusd!(t_low[r], first, broadcast(&ys[r].qs, 4 * g));
+                        t_high[r] = $dpbusd!(t_high[r], second, broadcast(&ys[r].qs, 16 + 4 * g));
                     }
                 }
                 let xd = _mm256_cvtph_ps(_mm_loadu_si128(w.d.as_ptr().cast()));
                 for r in 0..R {
-                    let isum = _mm256_sub_epi32(t[r], _mm256_set1_epi32(16 * ys[r].sum));
+                    let t = _mm256_add_epi32(t_low[r], t_high[r]);
+                    let isum = _mm256_sub_epi32(t, _mm256_set1_epi32(16 * ys[r].sum));
                     let d = _mm256_mul_ps(xd, _mm256_set1_ps(ys[r].d));
                     acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(isum), acc[r]);
                 }
