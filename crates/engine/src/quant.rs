@@ -129,14 +129,24 @@ impl QLinear {
     }
 
     /// A linear layer of the rows `ids` of this one (outputs in that order), where the weights
-    /// are packed for the CPU kernels; `None` elsewhere.
-    pub fn gather_rows(&self, ids: &[u32]) -> Result<Option<QLinear>> {
+    /// are packed for the CPU kernels; `None` elsewhere. With `smaller`, packed rows are
+    /// quantized again as that type where it takes fewer bytes than theirs (a draft's output
+    /// layer; a draft's precision moves only its acceptance, never the output).
+    pub fn gather_rows(&self, ids: &[u32], smaller: Option<GgmlDType>) -> Result<Option<QLinear>> {
         let bias = match &self.bias {
             Some(bias) => Some(bias.index_select(&Tensor::new(ids, bias.device())?, 0)?),
             None => None,
         };
         let weights = match &self.weights {
-            Weights::Packed(packed) => Weights::Packed(packed.gather_rows(ids)?),
+            Weights::Packed(packed) => {
+                let rows = packed.gather_rows(ids)?;
+                Weights::Packed(match smaller {
+                    Some(dtype) if bytes_per_weight(dtype) < bytes_per_weight(rows.dtype()) => {
+                        rows.requantized(dtype)?
+                    }
+                    _ => rows,
+                })
+            }
             // Other CPU types: the rows dequantized and quantized again (exact for f32 and f16;
             // the draft's precision only moves acceptance, never the output).
             Weights::Generic(weight) => {
@@ -145,7 +155,11 @@ impl QLinear {
             }
             Weights::Device(..) => return Ok(None),
         };
-        Ok(Some(QLinear { weights, dtype: self.dtype, shape: (ids.len(), self.shape.1), bias }))
+        let dtype = match &weights {
+            Weights::Packed(packed) => packed.dtype(),
+            _ => self.dtype,
+        };
+        Ok(Some(QLinear { weights, dtype, shape: (ids.len(), self.shape.1), bias }))
     }
 
     /// Rows `ids` of the weight matrix, dequantized: the token embedding lookup (a tied
@@ -167,6 +181,10 @@ impl QLinear {
             Weights::Generic(weight) | Weights::Device(_, weight) => dequantize_rows(weight, ids, device),
         }
     }
+}
+
+fn bytes_per_weight(dtype: GgmlDType) -> f64 {
+    dtype.type_size() as f64 / dtype.block_size() as f64
 }
 
 struct RowExactMatMul<'a> {
@@ -365,6 +383,18 @@ mod tests {
         }
         let w = QTensor::quantize(&random((16, 256), 5), GgmlDType::Q4_0).unwrap();
         assert!(QLinear::new(w, None).unwrap().rows(&[16], &Device::Cpu).is_err());
+    }
+
+    #[test]
+    fn gathered_rows_take_a_smaller_type_only() {
+        let ids = [5u32, 1, 7];
+        let gathered = |dtype| {
+            let w = QTensor::quantize(&random((8, 256), 7), dtype).unwrap();
+            QLinear::new(w, None).unwrap().gather_rows(&ids, Some(GgmlDType::Q5_0)).unwrap().unwrap()
+        };
+        let from_q8 = gathered(GgmlDType::Q8_0);
+        assert_eq!((from_q8.dtype(), from_q8.shape), (GgmlDType::Q5_0, (3, 256)));
+        assert_eq!(gathered(GgmlDType::Q4K).dtype(), GgmlDType::Q4K, "Q4_K is already smaller");
     }
 
     #[test]

@@ -276,6 +276,32 @@ impl Packed {
         Ok(Packed { dtype: self.dtype, n, k, data })
     }
 
+    /// This matrix quantized again as `dtype` (Q5_0 or Q8_0) from its dequantized rows: a
+    /// draft's output layer in fewer bytes, since a draft's precision moves only how many of
+    /// its tokens are kept, never the output.
+    pub fn requantized(&self, dtype: GgmlDType) -> candle_core::Result<Packed> {
+        fn quantized_rows<B: GgmlType, M: Clone + ZeroBlock, G>(
+            src: &Packed,
+            pack_group: fn(&[&M; COLS]) -> G,
+        ) -> candle_core::Result<Vec<G>> {
+            let per_row = src.k / B::BLCK_SIZE;
+            let mut row = vec![0f32; src.k];
+            let mut blocks = vec![B::zeros(); src.n * per_row];
+            for (r, out) in blocks.chunks_exact_mut(per_row).enumerate() {
+                src.dequantize_row(r, &mut row)?;
+                B::from_float(&row, out);
+            }
+            pack(cast_blocks::<B, M>(&blocks), src.n, src.k, pack_group)
+        }
+        use candle_core::quantized::k_quants::BlockQ5_0;
+        let data = match dtype {
+            GgmlDType::Q5_0 => PackedData::Q5_0(quantized_rows::<BlockQ5_0, _, _>(self, q5_0::pack)?),
+            GgmlDType::Q8_0 => PackedData::Q8_0(quantized_rows::<BlockQ8_0, _, _>(self, q8_0::pack)?),
+            other => candle_core::bail!("no kernel to requantize {other:?} for"),
+        };
+        Ok(Packed { dtype, n: self.n, k: self.k, data })
+    }
+
     /// Weight row `row` dequantized into `out` (`k` floats): the embedding lookup, from the
     /// packed copy so the file's layout need not be kept as well.
     pub fn dequantize_row(&self, row: usize, out: &mut [f32]) -> candle_core::Result<()> {

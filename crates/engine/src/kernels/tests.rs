@@ -175,6 +175,33 @@ fn gathered_rows_multiply_as_the_rows_of_the_whole() {
 }
 
 #[test]
+fn a_requantized_matrix_multiplies_as_candles_quantization_of_its_rows() {
+    let (k, n) = (256, 13);
+    for dtype in TYPES {
+        let w =
+            QTensor::quantize(&Tensor::from_vec(random(n * k, 8, 1.0), (n, k), &Device::Cpu).unwrap(), dtype).unwrap();
+        let packed = Packed::new(dtype, n, k, &w.data().unwrap()).unwrap().unwrap();
+        for to in [GgmlDType::Q5_0, GgmlDType::Q8_0] {
+            let again = packed.requantized(to).unwrap();
+            assert_eq!((again.dtype(), again.shape()), (to, (n, k)));
+            // What candle makes of the same rows, dequantized from the original.
+            let expected = QTensor::quantize(&w.dequantize(&Device::Cpu).unwrap(), to).unwrap();
+            let expected = Packed::new(to, n, k, &expected.data().unwrap()).unwrap().unwrap();
+            let lhs = random(2 * k, 9, 2.0);
+            let (mut got, mut want) = (vec![0f32; 2 * n], vec![0f32; 2 * n]);
+            again.matmul(2, &lhs, &mut got).unwrap();
+            expected.matmul(2, &lhs, &mut want).unwrap();
+            assert_eq!(got, want, "{dtype:?} -> {to:?}");
+        }
+    }
+    let w =
+        QTensor::quantize(&Tensor::zeros((1, 256), candle_core::DType::F32, &Device::Cpu).unwrap(), GgmlDType::Q8_0)
+            .unwrap();
+    let packed = Packed::new(GgmlDType::Q8_0, 1, 256, &w.data().unwrap()).unwrap().unwrap();
+    assert!(packed.requantized(GgmlDType::Q4K).is_err(), "no requantizing to a k-quant");
+}
+
+#[test]
 fn matrices_multiplied_together_give_what_each_gives_alone() {
     // Every type at once, so both activation types are quantized once and shared.
     let k = 512;
