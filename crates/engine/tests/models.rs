@@ -101,8 +101,8 @@ fn gemma3_rollback_is_exact() {
     rollback_forgets_rejected_tokens(GEMMA);
 }
 
-/// A draft's output layer cut to some tokens (the pruned head) scores them with the full
-/// layer's bits, scores the tokens it was fed too (the conversation's words, within the
+/// A draft's output layer cut to some tokens (the pruned head) scores them as the full layer
+/// does within a smaller type's rounding, scores the tokens it was fed too (the conversation's words, within the
 /// activations' rounding), gives every other token -inf, and forgets fed tokens on rollback.
 #[test]
 fn a_pruned_head_scores_its_tokens_and_the_conversations() {
@@ -119,11 +119,22 @@ fn a_pruned_head_scores_its_tokens_and_the_conversations() {
     let fed_later = |t: &u32| !frequent.contains(t) && !tokens[..10].contains(t);
     let rare: Vec<u32> = tokens.iter().copied().filter(|t| !frequent.contains(t)).collect();
     assert!(tokens[10..].iter().any(fed_later), "the input must feed rare tokens after position 10: {rare:?}");
+    let best_kept =
+        |scores: &[f32]| ids.iter().copied().max_by(|&a, &b| scores[a as usize].total_cmp(&scores[b as usize]));
+    let same_best = expected.iter().zip(&got).filter(|(want, have)| best_kept(want) == best_kept(have)).count();
+    assert!(
+        same_best * 10 >= expected.len() * 9,
+        "the best kept token moved at {} of {} positions",
+        expected.len() - same_best,
+        expected.len()
+    );
     for (want, have) in expected.iter().zip(&got) {
         for id in 0..want.len() as u32 {
             let (w, h) = (want[id as usize], have[id as usize]);
             match (frequent.contains(&id), tokens.contains(&id)) {
-                (true, _) => assert_eq!(w.to_bits(), h.to_bits(), "token {id}"),
+                // Kept rows are stored as Q5_0 (the draft's precision moves only acceptance):
+                // within its rounding (0.62 at most on this input) of the full layer's Q8_0.
+                (true, _) => assert!((w - h).abs() < 1.0, "kept token {id}: {h} against {w}"),
                 (false, true) => assert!((w - h).abs() < 0.25, "fed token {id}: {h} against {w}"),
                 (false, false) => assert_eq!(h, f32::NEG_INFINITY, "token {id} was neither kept nor fed"),
             }
