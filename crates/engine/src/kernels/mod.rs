@@ -284,6 +284,9 @@ impl Packed {
             src: &Packed,
             pack_group: fn(&[&M; COLS]) -> G,
         ) -> candle_core::Result<Vec<G>> {
+            if src.k == 0 || !src.k.is_multiple_of(B::BLCK_SIZE) {
+                candle_core::bail!("rows of {} weights do not make blocks of {}", src.k, B::BLCK_SIZE);
+            }
             let per_row = src.k / B::BLCK_SIZE;
             let mut row = vec![0f32; src.k];
             let mut blocks = vec![B::zeros(); src.n * per_row];
