@@ -23,6 +23,16 @@ M = "M=~/.cache/specula/models; T=$M/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf; D=
 # Each file: its title, the command that writes it, and what it is for. Files not listed here
 # are still rendered, under their own name, so a new bench file is never left out.
 SECTIONS = {
+    "app.json": (
+        "The app itself, beside the engine, in one run",
+        "scripts/bench-app.sh --tokens 256,1500 --kinds code,prose   # the release app under Xvfb, driven through "
+        "tauri-driver as a user drives it (Settings, a new chat, the prompt typed, Send), its figures read from its "
+        "history database; specula generate with the same prompt, seed and settings in turn",
+        "Reproducible mode with a pinned seed, so that plain and speculative replies are the same tokens. App and CLI "
+        "rates are the engine's decode rate (tokens over decode time); the displayed speedup is what the app showed "
+        "and stored; the measured one is the app's speculative rate over its own plain rate. CPU per token is what "
+        "the webview process and the X server spent while the reply streamed.",
+    ),
     "speed-vs-llama.json": (
         "Beside llama.cpp, in one run",
         "scripts/bench-vs-llama.py --speed-only --rounds 2   # llama-bench -m MODEL -p 512 -n 128 [-d 1500 -p 0] -t 2 -r 3 "
@@ -173,10 +183,27 @@ def vocab_table(data: dict) -> str:
     return f"Target step {data['target_step_ms']:.2f} ms.\n\n" + table(header, rows)
 
 
+def app_tables(data: dict) -> str:
+    rows = []
+    for r in data["runs"]:
+        for mode in ("plain", "speculative"):
+            app, cli = r[f"app_{mode}"], r[f"cli_{mode}"]
+            shown = f"{app['displayed_speedup']:.2f}x" if app.get("displayed_speedup") else "–"
+            measured = f"{r['app_measured_speedup']:.2f}x" if mode == "speculative" and r.get("app_measured_speedup") else ""
+            rows.append([r["kind"], app["tokens"], mode, f"{app['tokens_per_second']:.1f}", f"{cli['tokens_per_second']:.1f}",
+                         f"{r[f'app_over_cli_{mode}']:.2f}x", shown if mode == "speculative" else "–", measured,
+                         f"{app['webview_cpu_ms_per_token']:.1f}", f"{app['x_cpu_ms_per_token']:.1f}"])
+    header = ["set", "tokens", "decoding", "app tok/s", "CLI tok/s", "app / CLI", "speedup shown", "speedup measured",
+              "webview CPU ms/token", "X CPU ms/token"]
+    return table(header, rows)
+
+
 def render_file(path: Path) -> str:
     data = json.loads(path.read_text())
     title, command, about = SECTIONS.get(path.name, (path.stem, "(not recorded)", ""))
-    if "rounds" in data:
+    if path.name == "app.json":
+        body = app_tables(data)
+    elif "rounds" in data:
         body = llama_tables(data)
     elif "prompts" in data:
         body = prompt_tables(data)
@@ -215,6 +242,21 @@ def benchmarks_md() -> str:
 def readme_summary() -> str:
     """The few lines the README shows: the latest side-by-side run and the latest speculative one."""
     lines = []
+    app = BENCH / "app.json"
+    if app.exists():
+        data = json.loads(app.read_text())
+        def span(key):
+            values = [r[key] for r in data["runs"] if r.get(key) is not None]
+            return "-".join(dict.fromkeys(f"{f(values):.2f}" for f in (min, max))) if values else "n/a"
+
+        sizes = "/".join(str(n) for n in dict.fromkeys(r["max_tokens"] for r in data["runs"]))
+        shown = span("displayed_over_measured")
+        lines.append(
+            f"- **The app** ({data['date']}, replies of {sizes} tokens, beside `specula generate` in the same run): plain "
+            f"decoding at {span('app_over_cli_plain')}x the CLI's rate, speculative at {span('app_over_cli_speculative')}x; "
+            f"speculative over the app's own plain {span('app_measured_speedup')}x, and the speedup it displayed was "
+            f"{shown} times that."
+        )
     llama = BENCH / "speed-vs-llama.json"
     if llama.exists():
         data = json.loads(llama.read_text())

@@ -6,7 +6,8 @@
 set -euo pipefail
 
 packages=(libwebkit2gtk-4.1-dev libgtk-3-dev librsvg2-dev libayatana-appindicator3-dev pkg-config)
-[ "${1:-}" = "--app-only" ] || packages+=(xvfb xauth webkit2gtk-driver chromium python3-venv)
+# x11-apps and netpbm: screenshots of the app's window under Xvfb (xwd, xwdtopnm, pnmtopng).
+[ "${1:-}" = "--app-only" ] || packages+=(xvfb xauth webkit2gtk-driver chromium python3-venv x11-apps netpbm)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -12,19 +12,38 @@ use specula_engine::{ErrorInfo, GenerationStats, Message, StepEvent, TokenEvent}
 use specula_store::Store;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tauri::ipc::Channel;
 
 /// What the UI hears while a reply streams.
 #[derive(Clone, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ReplyEvent {
-    Started { prompt_tokens: usize },
-    Prefill { done: usize, total: usize },
-    Token { token: TokenEvent },
-    Step { step: StepEvent },
-    Done { stats: GenerationStats, finish_reason: &'static str },
-    Error { error: ErrorDto },
+    Started {
+        prompt_tokens: usize,
+    },
+    Prefill {
+        done: usize,
+        total: usize,
+    },
+    /// The tokens since the last message, and the latest step's figures.
+    Batch {
+        tokens: Vec<TokenEvent>,
+        step: Option<StepEvent>,
+    },
+    Done {
+        stats: GenerationStats,
+        finish_reason: &'static str,
+    },
+    Error {
+        error: ErrorDto,
+    },
 }
+
+/// How often the webview hears of a streaming reply. Each message is a script the webview
+/// parses and runs, on the cores the engine decodes with: a message a token cost the app a
+/// tenth of its rate. It paints a few times a second anyway.
+const BATCH_EVERY: Duration = Duration::from_millis(100);
 
 /// The status line's facts, from the service's health.
 #[derive(Debug, Clone, Serialize)]
@@ -132,38 +151,100 @@ impl Engine {
 /// most the step in flight; the row's end is written however the reply ends, and before the
 /// webview hears of it, so that what it then reads back is complete.
 fn forward(ticket: &Ticket, job: &ReplyJob, store: &Mutex<Store>) {
-    let mut pending: Vec<TokenEvent> = Vec::new();
+    let mut unsaved: Vec<TokenEvent> = Vec::new();
+    let mut outbox = Outbox::new(&job.events);
     let mut ended = false;
-    while let Some(event) = ticket.recv() {
-        let event = match event {
-            Event::Started { prompt_tokens } => ReplyEvent::Started { prompt_tokens },
-            Event::Prefill { done, total } => ReplyEvent::Prefill { done, total },
+    loop {
+        let event = match outbox.wait() {
+            None => ticket.recv(),
+            Some(wait) => match ticket.recv_timeout(wait) {
+                Ok(event) => Some(event),
+                Err(flume::RecvTimeoutError::Timeout) => {
+                    outbox.flush();
+                    continue;
+                }
+                Err(flume::RecvTimeoutError::Disconnected) => None,
+            },
+        };
+        let Some(event) = event else { break };
+        match event {
+            Event::Started { prompt_tokens } => outbox.send(ReplyEvent::Started { prompt_tokens }),
+            Event::Prefill { done, total } => outbox.send(ReplyEvent::Prefill { done, total }),
             Event::Token(token) => {
-                pending.push(token.clone());
-                ReplyEvent::Token { token }
+                unsaved.push(token.clone());
+                outbox.tokens.push(token);
             }
             Event::Step(step) => {
-                store_tokens(store, job.message_id, &mut pending);
-                ReplyEvent::Step { step }
+                store_tokens(store, job.message_id, &mut unsaved);
+                outbox.step = Some(step);
             }
             Event::Done(g) => {
                 let finish_reason = g.finish_reason.as_str();
-                store_end(store, job.message_id, &mut pending, Some(&g.stats), finish_reason);
+                store_end(store, job.message_id, &mut unsaved, Some(&g.stats), finish_reason);
                 ended = true;
-                ReplyEvent::Done { stats: g.stats, finish_reason }
+                outbox.send(ReplyEvent::Done { stats: g.stats, finish_reason });
             }
             Event::Failed(e) => {
-                store_end(store, job.message_id, &mut pending, None, "error");
+                store_end(store, job.message_id, &mut unsaved, None, "error");
                 ended = true;
-                ReplyEvent::Error { error: e.into() }
+                outbox.send(ReplyEvent::Error { error: e.into() });
             }
-        };
-        if job.events.send(event).is_err() {
+        }
+        if outbox.due() {
+            outbox.flush();
+        }
+        if outbox.closed {
             ticket.cancel(); // the webview is gone
         }
     }
     if !ended {
-        store_end(store, job.message_id, &mut pending, None, "error");
+        store_end(store, job.message_id, &mut unsaved, None, "error");
+    }
+}
+
+/// The messages to the webview: tokens and figures gathered into one batch at most every
+/// [`BATCH_EVERY`] (the first token goes at once), anything else sent after what is gathered.
+struct Outbox<'a> {
+    channel: &'a Channel<ReplyEvent>,
+    tokens: Vec<TokenEvent>,
+    step: Option<StepEvent>,
+    last_flush: Option<Instant>,
+    closed: bool,
+}
+
+impl<'a> Outbox<'a> {
+    fn new(channel: &'a Channel<ReplyEvent>) -> Self {
+        Self { channel, tokens: Vec::new(), step: None, last_flush: None, closed: false }
+    }
+
+    /// How long the gathered batch may still wait; `None` when nothing is gathered.
+    fn wait(&self) -> Option<Duration> {
+        if self.tokens.is_empty() && self.step.is_none() {
+            return None;
+        }
+        Some(self.last_flush.map_or(Duration::ZERO, |t| BATCH_EVERY.saturating_sub(t.elapsed())))
+    }
+
+    fn due(&self) -> bool {
+        self.wait() == Some(Duration::ZERO)
+    }
+
+    fn flush(&mut self) {
+        if self.wait().is_none() {
+            return;
+        }
+        let batch = ReplyEvent::Batch { tokens: std::mem::take(&mut self.tokens), step: self.step.take() };
+        self.last_flush = Some(Instant::now());
+        self.deliver(batch);
+    }
+
+    fn send(&mut self, event: ReplyEvent) {
+        self.flush();
+        self.deliver(event);
+    }
+
+    fn deliver(&mut self, event: ReplyEvent) {
+        self.closed |= self.channel.send(event).is_err();
     }
 }
 

@@ -51,7 +51,24 @@ fn setup(app: &mut tauri::App) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
+/// WebKitGTK composites the page with OpenGL; without a GPU (Mesa's llvmpipe: a virtual
+/// display, a VM, many laptops' fallbacks) that is two rasterizer threads waking at every paint
+/// on the cores the engine decodes with. A chat view gains nothing from it: measured under
+/// Xvfb, turning it off took the webview from 30% of a core to 16% while a reply streamed, and
+/// the app's decoding from 0.82x to 0.93x the CLI's (PROFILE.md, "The app as fast as the
+/// engine"). Set before any thread starts; a user's own WEBKIT_DISABLE_COMPOSITING_MODE, or
+/// SPECULA_WEBVIEW_COMPOSITING=1, keeps WebKit's choice.
+fn software_compositing_off() {
+    #[cfg(target_os = "linux")]
+    if std::env::var_os("WEBKIT_DISABLE_COMPOSITING_MODE").is_none()
+        && std::env::var_os("SPECULA_WEBVIEW_COMPOSITING").is_none_or(|v| v != "1")
+    {
+        std::env::set_var("WEBKIT_DISABLE_COMPOSITING_MODE", "1");
+    }
+}
+
 pub fn run() {
+    software_compositing_off();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

@@ -66,9 +66,11 @@ test('streams a chat completion with provenance and speculative stats', async ()
   assert.ok(sources.has('accepted'), [...sources].join(','));
   assert.equal(last.choices[0].finish_reason, 'length');
   const spec = last.specula.stats.speculative;
-  for (const key of ['drafted', 'accepted', 'acceptance_rate', 'target_passes', 'speedup_vs_plain']) {
+  for (const key of ['drafted', 'accepted', 'acceptance_rate', 'target_passes', 'plain_steps']) {
     assert.equal(typeof spec[key], 'number', key);
   }
+  // 24 tokens time too few plain steps for a speedup figure: the field is there, and null.
+  assert.ok('speedup_vs_plain' in spec && (spec.speedup_vs_plain === null || spec.plain_steps >= 3), JSON.stringify(spec));
   assert.ok(spec.accepted > 0 && spec.target_passes < 24);
 });
 

@@ -102,7 +102,7 @@ test('with no model, the app opens the Library on the recommended pair and one b
   assert.match(await wd.execute("return document.querySelector('#engine-status').textContent"), /target qwen2\.5-coder-1\.5b.* draft qwen2\.5-coder-0\.5b/);
 
   // k is fixed so the reply shows drafted tokens whatever auto k decides on this CPU.
-  await setSettings({ mode: 'greedy', max_tokens: 40, k: '4' });
+  await setSettings({ mode: 'greedy', max_tokens: 64, k: '4' });
   await ask('Write a Python function that returns the sum of a list of numbers.');
   await replyEnds();
   const sources = await lastReplySources();

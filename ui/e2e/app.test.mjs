@@ -95,7 +95,7 @@ const { setSettings, ask, replyEnds, lastReplyText, lastReplySources, invoke } =
 test('a reply streams with provenance classes and the speedup', async () => {
   // k is fixed: on a CPU where drafting does not pay, auto (the default) probes once and then
   // decodes plain, and this reply is here to show the colours of drafted tokens.
-  await setSettings({ mode: 'greedy', max_tokens: 48, k: '4' });
+  await setSettings({ mode: 'greedy', max_tokens: 64, k: '4' });
   await ask('Write a Python function that returns the sum of a list of numbers.');
   await wd.waitFor("return document.querySelector('#messages .message.assistant.streaming .tok')", { timeout: 180_000, what: 'streamed tokens' });
   await replyEnds();

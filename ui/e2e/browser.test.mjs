@@ -87,7 +87,7 @@ const lastReply = () => page.locator('#messages .message.assistant').last();
 test('a reply streams with provenance classes, the speedup and a summary', async () => {
   // k is fixed: on a CPU where drafting does not pay, auto (the default) probes once and then
   // decodes plain, and this reply is here to show the colours of drafted tokens.
-  await setSettings({ mode: 'greedy', max_tokens: 48, k: '4', draft: `model:${(await page.evaluate(async (key) => (await (await fetch('/health', { headers: { authorization: `Bearer ${key}` } })).json()).draft, KEY))}` });
+  await setSettings({ mode: 'greedy', max_tokens: 64, k: '4', draft: `model:${(await page.evaluate(async (key) => (await (await fetch('/health', { headers: { authorization: `Bearer ${key}` } })).json()).draft, KEY))}` });
   await ask('Write a Python function that returns the sum of a list of numbers.');
   // While it streams: tokens appear in the DOM with their classes.
   await page.waitForSelector('#messages .message.assistant.streaming .tok');

@@ -1,7 +1,7 @@
 // A small W3C WebDriver client over fetch: enough to drive the Tauri app through tauri-driver
 // (which hands the session to WebKitWebDriver) without a browser-automation framework.
 
-import { spawn } from 'node:child_process';
+import { execSync, spawn } from 'node:child_process';
 
 /** Start tauri-driver on `port` (WebKitWebDriver on `port + 1000`) with `env` added, wait until
  *  it answers, and return a handle whose `stop()` ends it with everything it started. */
@@ -92,8 +92,11 @@ export class WebDriver {
     await this.request('POST', `/element/${id}/value`, { text });
   }
 
+  /** The screen as the X server shows it (the tests run under Xvfb): what a user sees. The
+   *  WebDriver screenshot asks WebKit for a snapshot, which never answers while the app draws
+   *  without GPU compositing (src-tauri/lib.rs). */
   async screenshot() {
-    return Buffer.from(await this.request('GET', '/screenshot'), 'base64');
+    return execSync(`xwd -root -display '${process.env.DISPLAY}' | xwdtopnm 2>/dev/null | pnmtopng`, { maxBuffer: 64 << 20 });
   }
 
   /** Poll `body` (a function body returning a value) until it is truthy. */

@@ -2,12 +2,12 @@
 
 import './style.css';
 import { type Backend, connect } from './api/backend';
-import type { ChatMessage, Conversation, ModelEntry, ReplyEvent, ReplyHandle, Settings, StepEvent } from './api/types';
-import { applyEvent } from './api/events';
+import type { ChatMessage, Conversation, GenerationStats, ModelEntry, ReplyEvent, ReplyHandle, Settings, StepEvent } from './api/types';
 import { DEFAULT_SETTINGS, toBackendError } from './api/types';
 import { addModelByPath, fillDoctor, renderCatalogue, renderRecommended, runDoctor } from './library';
 import { renderMarkdown } from './render/markdown';
 import { liveFigures, sparkline, summarize } from './render/speed';
+import { ReplyStream } from './render/stream';
 import { renderTokens } from './render/tokens';
 
 const $ = <T extends HTMLElement>(selector: string) => document.querySelector(selector) as T;
@@ -39,7 +39,7 @@ interface State {
   backend: Backend;
   settings: Settings;
   conversation: Conversation | null;
-  streaming: { handle: ReplyHandle | null; message: ChatMessage; speedups: number[] } | null;
+  streaming: { handle: ReplyHandle | null; message: ChatMessage; view: ReplyStream } | null;
   /** The user message being edited for edit-and-resend. */
   editing: number | null;
 }
@@ -70,7 +70,8 @@ function applyColours(on: boolean): void {
   ui.colours.checked = on;
   document.body.classList.toggle('no-colours', !on);
   localStorage.setItem('specula.colours', on ? '1' : '0');
-  renderMessages();
+  if (state?.streaming) state.streaming.view.setColours(on);
+  else renderMessages();
 }
 
 // ----- conversations -----
@@ -224,38 +225,45 @@ async function regenerate(messageId: number): Promise<void> {
 
 async function streamReply(conversationId: number): Promise<void> {
   const message: ChatMessage = { id: -1, role: 'assistant', content: '', tokens: [] };
-  state.streaming = { handle: null, message, speedups: [] };
-  setStreaming(true);
   const live = messageElement(message, true);
   live.classList.add('streaming');
   ui.messages.querySelector('.empty')?.remove();
   ui.messages.append(live);
-  const body = live.querySelector('.body') as HTMLElement;
-  let frame = 0;
-  const paint = () => {
-    frame = 0;
-    fillBody(body, message);
-    ui.messages.scrollTop = ui.messages.scrollHeight;
-  };
   const summary = live.querySelector('.reply-summary') as HTMLElement;
+  const panel = new SpeedPanel(state.settings.drafter !== 'none');
+  // Painting is batched: the text, the speed figures and the scroll move together a few
+  // times a second, however fast tokens come.
+  const view = new ReplyStream(live.querySelector('.body') as HTMLElement, {
+    colours: ui.colours.checked,
+    onPaint: () => {
+      panel.paint();
+      followReply();
+    },
+  });
+  state.streaming = { handle: null, message, view };
+  setStreaming(true);
   const onEvent = (event: ReplyEvent) => {
-    applyEvent(message, event);
     if (event.kind === 'prefill') {
       // A long prompt takes a while to read; say how far it got until the first token.
       summary.textContent = `reading the prompt · ${Math.floor((100 * event.done) / Math.max(1, event.total))}%`;
     } else if (event.kind === 'token') {
       if (summary.textContent) summary.textContent = '';
-      frame ||= requestAnimationFrame(paint);
+      view.push(event.token);
     } else if (event.kind === 'step') {
-      showStep(event.step);
+      panel.step(event.step);
+      view.schedule();
     } else if (event.kind === 'done') {
+      view.finish();
+      panel.finish(event.stats);
       ui.summary.textContent = summarize(event.stats, state.settings.k);
     } else if (event.kind === 'error') {
+      view.finish();
       showNotice(event.error);
     }
   };
   let stored: ChatMessage | undefined;
   try {
+    // The transport folds each event into the reply it hands back; the view draws from events.
     const handle = await state.backend.reply(conversationId, state.settings, onEvent);
     state.streaming.handle = handle;
     stored = await handle.done;
@@ -265,8 +273,62 @@ async function streamReply(conversationId: number): Promise<void> {
     state.streaming = null;
     setStreaming(false);
     if (stored?.finish_reason === 'error' && !stored.content) await giveBackPrompt(conversationId);
+    // The finished reply is drawn whole, once, from the stored conversation.
     await refreshAll();
     document.body.dataset.replies = String(Number(document.body.dataset.replies ?? 0) + 1);
+  }
+}
+
+/** Keep the newest text in view, unless the reader scrolled up to read something else. */
+let following = true;
+
+function followReply(): void {
+  if (following) ui.messages.scrollTop = ui.messages.scrollHeight;
+}
+
+/** The speed panel's live figures: each step's figures are kept, and drawn when the reply
+ *  paints. */
+class SpeedPanel {
+  private latest: StepEvent | null = null;
+  private readonly speedups: number[] = [];
+
+  step(step: StepEvent): void {
+    this.latest = step;
+    if (step.speedup_vs_plain != null) this.speedups.push(step.speedup_vs_plain);
+  }
+
+  constructor(private readonly drafting: boolean) {}
+
+  paint(): void {
+    if (!this.latest) return;
+    const figures = liveFigures(this.latest, this.drafting);
+    const set = (name: string, value: string) => {
+      const el = ui.speed.querySelector(`[data-figure="${name}"]`);
+      if (el && el.textContent !== value) el.textContent = value;
+    };
+    set('tps', figures.tokensPerSecond.replace(' tok/s', ''));
+    set('speedup', figures.speedup);
+    set('acceptance', figures.acceptance);
+    set('k', figures.k);
+    $('#speedup-figure').title = figures.against;
+    if (this.speedups.length) ui.spark.innerHTML = sparkline(this.speedups);
+  }
+
+  /** The reply ended: the panel shows the figures stored with it (the last step event
+   *  precedes the step that ended the reply). */
+  finish(stats: GenerationStats): void {
+    const spec = stats.speculative;
+    this.latest = {
+      k: this.latest?.k ?? 0,
+      accepted: this.latest?.accepted ?? 0,
+      generated: stats.generated_tokens,
+      tokens_per_second: stats.tokens_per_second,
+      speedup_vs_plain: spec?.speedup_vs_plain ?? null,
+      plain_ms_per_token: spec?.plain_ms_per_token ?? null,
+      plain_steps: spec?.plain_steps ?? 0,
+      acceptance_rate: spec && spec.drafted > 0 ? spec.acceptance_rate : null,
+    };
+    this.paint();
   }
 }
 
@@ -278,22 +340,6 @@ async function giveBackPrompt(conversationId: number): Promise<void> {
   if (!question) return;
   await state.backend.truncate(conversationId, question.id);
   ui.prompt.value = question.content;
-}
-
-function showStep(step: StepEvent): void {
-  const figures = liveFigures(step);
-  const set = (name: string, value: string) => {
-    const el = ui.speed.querySelector(`[data-figure="${name}"]`);
-    if (el) el.textContent = value;
-  };
-  set('tps', figures.tokensPerSecond.replace(' tok/s', ''));
-  set('speedup', figures.speedup);
-  set('acceptance', figures.acceptance);
-  set('k', figures.k);
-  if (state.streaming && step.speedup_vs_plain != null) {
-    state.streaming.speedups.push(step.speedup_vs_plain);
-    ui.spark.innerHTML = sparkline(state.streaming.speedups);
-  }
 }
 
 function setStreaming(on: boolean): void {
@@ -446,6 +492,10 @@ function wire(): void {
     ui.prompt.focus();
   });
   ui.search.addEventListener('input', () => void refreshList().catch(showNotice));
+  ui.messages.addEventListener('scroll', () => {
+    const m = ui.messages;
+    following = m.scrollHeight - m.scrollTop - m.clientHeight < 48;
+  });
   // A link in a reply never navigates the window: it opens outside the app.
   ui.messages.addEventListener('click', (e) => {
     const link = (e.target as HTMLElement).closest('a[href]') as HTMLAnchorElement | null;

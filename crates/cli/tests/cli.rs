@@ -146,9 +146,11 @@ fn speculative_json_has_provenance_and_stats() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let spec = &v["stats"]["speculative"];
-    for key in ["drafted", "accepted", "acceptance_rate", "target_passes", "speedup_vs_plain"] {
+    for key in ["drafted", "accepted", "acceptance_rate", "target_passes", "plain_steps"] {
         assert!(spec[key].is_number(), "stats.speculative.{key}: {spec}");
     }
+    // Four tokens time too few plain steps for a speedup figure: it is there, and null.
+    assert!(spec["speedup_vs_plain"].is_null(), "{spec}");
     assert_eq!(spec["drafted"], spec["accepted"], "a model agrees with itself");
     assert!(v["tokens"].as_array().unwrap().iter().any(|t| t["source"] == "accepted"));
 }

@@ -57,8 +57,15 @@ pub struct StepEvent {
     pub accepted: usize,
     pub generated: usize,
     pub tokens_per_second: f64,
-    /// Against the target's plain rate measured in this process; None until measured.
+    /// The reply's rate over plain decoding's, timed by plain steps taken in this reply (see
+    /// [`crate::speculative::PlainReference`]); None until enough were timed, and always in
+    /// plain decoding, which has nothing to compare.
     pub speedup_vs_plain: Option<f64>,
+    /// What that compares against: the median plain step of this reply, and how many there were.
+    #[serde(default)]
+    pub plain_ms_per_token: Option<f64>,
+    #[serde(default)]
+    pub plain_steps: usize,
     pub acceptance_rate: Option<f64>,
 }
 
@@ -186,8 +193,12 @@ pub struct SpeculativeStats {
     pub tokens_per_pass: f64,
     pub draft_ms: f64,
     pub verify_ms: f64,
-    /// One plain target step at this context, measured in this process.
+    /// The median plain step timed in this reply, what `speedup_vs_plain` compares against;
+    /// None while fewer than [`crate::speculative::reference::MIN_PLAIN_SAMPLES`] were timed.
     pub plain_ms_per_token: Option<f64>,
+    /// Plain steps timed in this reply.
+    #[serde(default)]
+    pub plain_steps: usize,
     pub speedup_vs_plain: Option<f64>,
     /// Leviathan et al.'s expected speedup from the measured acceptance and cost ratio.
     pub predicted_speedup: Option<f64>,
@@ -465,6 +476,25 @@ pub(crate) fn prefill_prompt(
     Ok(fed.map(|_| reused))
 }
 
+/// Tokens between the step events of plain decoding: often enough for a live rate and for a
+/// front-end that saves the reply at each step, rarely enough to cost nothing.
+pub const PLAIN_STEP_EVERY: usize = 8;
+
+/// Plain decoding's live figures: its rate, and no speedup, since nothing drafts.
+fn plain_step_event(reply: &Reply) -> StepEvent {
+    let generated = reply.tokens.len();
+    StepEvent {
+        k: 0,
+        accepted: 0,
+        generated,
+        tokens_per_second: generated as f64 / reply.decode_elapsed().as_secs_f64().max(1e-9),
+        speedup_vs_plain: None,
+        plain_ms_per_token: None,
+        plain_steps: 0,
+        acceptance_rate: None,
+    }
+}
+
 /// Plain decoding: one target pass per token. The reference for every exactness test.
 pub fn generate_plain(
     target: &mut CachedModel,
@@ -492,6 +522,10 @@ pub fn generate_plain(
         let logits = target.advance_to(&reply.context)?;
         let choice = sampler.choose(&logits, &reply.context, reply.position())?;
         reply.commit(choice.token, Source::Target, &choice.probs, None)?;
+        if reply.tokens.len() % PLAIN_STEP_EVERY == 0 {
+            let step = plain_step_event(&reply);
+            reply.step(&step);
+        }
     }
     let decode = reply.decode_elapsed();
     let generated = reply.tokens.len();

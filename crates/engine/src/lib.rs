@@ -35,7 +35,7 @@ pub use chat::{ChatTemplate, FunctionCall, Message, Role, ToolCall};
 pub use error::{Error, ErrorInfo, Result};
 pub use generate::{
     generate_plain, Alternative, CachedModel, FinishReason, Flow, GenerateOptions, Generation, GenerationStats,
-    NullSink, Source, SpeculativeStats, StepEvent, TokenEvent, TokenSink, MAX_ALTERNATIVES,
+    NullSink, Source, SpeculativeStats, StepEvent, TokenEvent, TokenSink, MAX_ALTERNATIVES, PLAIN_STEP_EVERY,
 };
 pub use inspect::{check_draft_for, inspect, ModelCard};
 pub use models::{CausalLm, ModelInfo};

@@ -154,3 +154,70 @@ fn a_chunked_prefill_leaves_the_cache_an_unchunked_one_would() {
     whole.forward_all(&prompt).unwrap();
     assert_eq!(chunked.forward_all(&[1, 2]).unwrap(), whole.forward_all(&[1, 2]).unwrap());
 }
+
+/// The step events of a reply.
+#[derive(Default)]
+struct Steps(Vec<specula_engine::StepEvent>);
+
+impl specula_engine::TokenSink for Steps {
+    fn on_token(&mut self, _: &specula_engine::TokenEvent) -> specula_engine::Flow {
+        specula_engine::Flow::Continue
+    }
+    fn on_step(&mut self, step: &specula_engine::StepEvent) -> specula_engine::Flow {
+        self.0.push(step.clone());
+        specula_engine::Flow::Continue
+    }
+}
+
+#[test]
+fn the_speedup_figure_rests_on_plain_steps_timed_in_the_same_reply() {
+    let tiny = Tiny::chat(1, 0.0);
+    let (mut target, tokenizer) = (tiny.model(), tiny.tokenizer());
+    let mut draft = DraftModel::new(Tiny::chat(1, 0.05).model());
+    let options = GenerateOptions { max_tokens: 160, sampling: SamplingParams::greedy(), ..Default::default() };
+    let spec = SpeculativeOptions { k: KSetting::Fixed(4), ..Default::default() };
+    let mut steps = Steps::default();
+    let prompt = &prompts()[1];
+    let g = generate_speculative(
+        &mut target,
+        &mut draft,
+        &tokenizer,
+        prompt,
+        &options,
+        &spec,
+        &mut CostModel::new(),
+        &mut steps,
+    )
+    .unwrap();
+    let plain = generate_plain(&mut target, &tokenizer, prompt, &options, &mut NullSink).unwrap();
+    assert_eq!(ids(&g), ids(&plain), "plain steps owed to the figure change no token");
+
+    // Even with k fixed, plain steps are taken: the figure is shown only from the third on.
+    let plain_steps: Vec<usize> = steps.0.iter().enumerate().filter(|(_, s)| s.k == 0).map(|(i, _)| i).collect();
+    assert!(plain_steps.len() >= 4, "plain steps at {plain_steps:?}");
+    let third = plain_steps[2];
+    assert!(steps.0[..third].iter().all(|s| s.speedup_vs_plain.is_none()));
+    assert!(steps.0[third..].iter().all(|s| s.speedup_vs_plain.is_some() && s.plain_steps >= 3));
+
+    // The stored figure is the reply's rate over its median plain step's.
+    let s = g.stats.speculative.unwrap();
+    assert_eq!(s.plain_steps, plain_steps.len());
+    let expected = s.plain_ms_per_token.unwrap() * g.tokens.len() as f64 / g.stats.decode_ms;
+    assert!((s.speedup_vs_plain.unwrap() - expected).abs() < 1e-9 * expected);
+}
+
+#[test]
+fn plain_decoding_reports_its_rate_and_no_speedup() {
+    let tiny = Tiny::chat(1, 0.0);
+    let (mut target, tokenizer) = (tiny.model(), tiny.tokenizer());
+    let options = GenerateOptions { max_tokens: 40, sampling: SamplingParams::greedy(), ..Default::default() };
+    let mut steps = Steps::default();
+    let g = generate_plain(&mut target, &tokenizer, &prompts()[0], &options, &mut steps).unwrap();
+    assert_eq!(g.tokens.len(), 40);
+    let every = specula_engine::PLAIN_STEP_EVERY;
+    assert_eq!(
+        steps.0.iter().map(|s| s.generated).collect::<Vec<_>>(),
+        (1..=40 / every).map(|i| i * every).collect::<Vec<_>>()
+    );
+    assert!(steps.0.iter().all(|s| s.k == 0 && s.speedup_vs_plain.is_none() && s.tokens_per_second > 0.0));
+}

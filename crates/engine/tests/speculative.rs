@@ -148,7 +148,9 @@ fn provenance_carries_p_and_q() {
     }
     assert!(g.tokens.iter().any(|t| t.source == Source::Accepted));
     let s = g.stats.speculative.unwrap();
-    assert!(s.speedup_vs_plain.is_some() && s.predicted_speedup.is_some() && s.plain_ms_per_token.is_some());
+    assert!(s.predicted_speedup.is_some());
+    // 24 tokens are too few to time plain decoding three times: no speedup figure yet.
+    assert!(s.plain_steps < 3 && s.speedup_vs_plain.is_none() && s.plain_ms_per_token.is_none(), "{s:?}");
     assert!(s.target_passes < g.tokens.len(), "drafts were accepted, so fewer passes than tokens");
 }
 

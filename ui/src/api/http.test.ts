@@ -33,6 +33,31 @@ const stats = { prompt_tokens: 5, cached_prompt_tokens: 0, generated_tokens: 2, 
 describe('HTTP transport', () => {
   beforeEach(() => localStorage.clear());
 
+  it('rewrites the stored history a few times a reply, not at every step', async () => {
+    const step = { k: 3, accepted: 2, generated: 1, tokens_per_second: 8, speedup_vs_plain: null, acceptance_rate: 0.5 };
+    const chunks = Array.from({ length: 300 }, (_, i) => ({
+      choices: [{ delta: { content: 'x' }, finish_reason: null }],
+      specula: { tokens: [token('x', 'accepted')], step: { ...step, generated: i + 1 } },
+    }));
+    const body = sse([...chunks, { choices: [{ delta: {}, finish_reason: 'stop' }], specula: { stats } }]);
+    let writes = 0;
+    const counting = new Proxy(localStorage, {
+      get(target, name) {
+        if (name === 'setItem') return (k: string, v: string) => (writes++, target.setItem(k, v));
+        const value = Reflect.get(target, name);
+        return typeof value === 'function' ? value.bind(target) : value;
+      },
+    });
+    const backend = new HttpBackend('http://x', counting, fakeFetch(body).fetcher);
+    const conversation = await backend.createConversation();
+    await backend.addMessage(conversation.id, 'user', 'Go');
+    const before = writes;
+    const reply = await (await backend.reply(conversation.id, { ...DEFAULT_SETTINGS, target: 'target-model' }, () => {})).done;
+    expect(reply.content).toBe('x'.repeat(300));
+    expect(writes - before).toBeLessThanOrEqual(3);
+    expect((await backend.conversation(conversation.id)).messages.at(-1)?.content).toBe('x'.repeat(300));
+  });
+
   it('streams a reply into events and stores it with its tokens and stats', async () => {
     const body = sse([
       { choices: [{ delta: { role: 'assistant', content: 'Hi' }, finish_reason: null }], specula: { tokens: [token('Hi', 'accepted')] } },

@@ -26,6 +26,8 @@ import {
 
 const SETTINGS_KEY = 'specula.settings';
 const API_KEY = 'specula.apiKey';
+/** The most often a streaming reply rewrites the stored history. */
+const SAVE_INTERVAL_MS = 1000;
 
 interface Health {
   state?: EngineStatus['state'];
@@ -169,7 +171,15 @@ export class HttpBackend implements Backend {
       tokens: [],
       settings_label: replyLabel(settings),
     });
-    const save = () => this.store.updateMessage(conversationId, reply);
+    // Saving rewrites the whole history in the browser's storage: during the reply it happens
+    // at most once a second (a reload loses at most that), and once when the reply ends.
+    let saveTimer: ReturnType<typeof setTimeout> | null = null;
+    const save = () => {
+      if (saveTimer !== null) clearTimeout(saveTimer);
+      saveTimer = null;
+      this.store.updateMessage(conversationId, reply);
+    };
+    const saveSoon = () => (saveTimer ??= setTimeout(save, SAVE_INTERVAL_MS));
     const abort = new AbortController();
     const body = {
       model: settings.target,
@@ -184,7 +194,8 @@ export class HttpBackend implements Backend {
     };
     const emit = (event: ReplyEvent) => {
       applyEvent(reply, event);
-      if (event.kind !== 'token') save();
+      if (event.kind === 'done' || event.kind === 'error') save();
+      else saveSoon();
       onEvent(event);
     };
     const done = (async () => {

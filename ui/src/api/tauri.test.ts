@@ -1,5 +1,5 @@
 import { describe, expect, it, vi } from 'vitest';
-import type { ReplyEvent } from './types';
+import type { WireEvent } from './tauri';
 
 // The Tauri core module, replaced by a fake shell that answers `reply` after it has already
 // streamed its first events: the transport must not lose them.
@@ -13,8 +13,10 @@ vi.mock('@tauri-apps/api/core', () => {
     invoke: async (command: string, args?: Record<string, unknown>) => {
       invoked.push({ command, args });
       if (command === 'reply') {
-        const channel = args?.onEvent as Channel<ReplyEvent>;
-        channel.onmessage({ kind: 'token', token: { id: 1, text: 'Hi', source: 'accepted', p: 0.9, q: 0.8 } });
+        const channel = args?.onEvent as Channel<WireEvent>;
+        const token = (text: string) => ({ id: 1, text, source: 'accepted' as const, p: 0.9, q: 0.8 });
+        const step = { k: 4, accepted: 1, generated: 2, tokens_per_second: 9, speedup_vs_plain: null, acceptance_rate: 0.5 };
+        channel.onmessage({ kind: 'batch', tokens: [token('Hi'), token('!')], step });
         setTimeout(() => channel.onmessage({ kind: 'done', stats: { prompt_tokens: 1, cached_prompt_tokens: 0, generated_tokens: 1, prefill_ms: 1, decode_ms: 1, tokens_per_second: 1 }, finish_reason: 'stop' }));
         return { request_id: 7, message: { id: 3, role: 'assistant', content: '' } };
       }
@@ -32,8 +34,9 @@ describe('Tauri transport', () => {
     const seen: string[] = [];
     const handle = await backend.reply(1, DEFAULT_SETTINGS, (e) => seen.push(e.kind));
     const reply = await handle.done;
-    expect(reply).toMatchObject({ id: 3, content: 'Hi', finish_reason: 'stop' });
-    expect(seen).toEqual(['token', 'done']);
+    expect(reply).toMatchObject({ id: 3, content: 'Hi!', finish_reason: 'stop' });
+    // A batch reads as the events it gathers, in order.
+    expect(seen).toEqual(['token', 'token', 'step', 'done']);
     await handle.cancel();
     expect(invoked.at(-1)).toEqual({ command: 'cancel_reply', args: { requestId: 7 } });
   });

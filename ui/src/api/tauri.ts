@@ -20,6 +20,8 @@ import type {
   ReplyHandle,
   Role,
   Settings,
+  StepEvent,
+  TokenEvent,
 } from './types';
 import { toBackendError } from './types';
 
@@ -55,6 +57,18 @@ class TauriLibrary implements Library {
   diagnose(target: string, draft: string): Promise<Diagnosis> {
     return call('diagnose', { target, draft });
   }
+}
+
+/** What the shell sends over a reply's Channel: the reply's events, except that tokens and the
+ *  latest step's figures come batched a few times a second (src-tauri/engine.rs). */
+export type WireEvent = ReplyEvent | { kind: 'batch'; tokens: TokenEvent[]; step: StepEvent | null };
+
+/** A message from the shell as the reply events it carries. */
+export function unbatch(wire: WireEvent): ReplyEvent[] {
+  if (wire.kind !== 'batch') return [wire];
+  const events: ReplyEvent[] = wire.tokens.map((token) => ({ kind: 'token', token }));
+  if (wire.step) events.push({ kind: 'step', step: wire.step });
+  return events;
 }
 
 export class TauriBackend implements Backend {
@@ -109,7 +123,7 @@ export class TauriBackend implements Backend {
   async reply(conversationId: number, settings: Settings, onEvent: (e: ReplyEvent) => void): Promise<ReplyHandle> {
     let finish: (m: ChatMessage) => void = () => {};
     const done = new Promise<ChatMessage>((resolve) => (finish = resolve));
-    const channel = new Channel<ReplyEvent>();
+    const channel = new Channel<WireEvent>();
     let reply: ChatMessage | undefined;
     // Events can overtake the command's answer; hold them until the reply is known.
     const early: ReplyEvent[] = [];
@@ -118,7 +132,12 @@ export class TauriBackend implements Backend {
       onEvent(event);
       if (event.kind === 'done' || event.kind === 'error') finish(message);
     };
-    channel.onmessage = (event) => (reply ? handle(reply, event) : early.push(event));
+    channel.onmessage = (wire) => {
+      for (const event of unbatch(wire)) {
+        if (reply) handle(reply, event);
+        else early.push(event);
+      }
+    };
     const started = await call<{ request_id: number; message: ChatMessage }>('reply', {
       conversationId,
       settings,

@@ -19,7 +19,11 @@ export interface StepEvent {
   accepted: number;
   generated: number;
   tokens_per_second: number;
+  /** Over plain steps timed in this reply; null until enough were timed, and in plain decoding. */
   speedup_vs_plain: number | null;
+  /** What the speedup compares against: the median plain step timed in this reply, and how many. */
+  plain_ms_per_token?: number | null;
+  plain_steps?: number;
   acceptance_rate: number | null;
 }
 
@@ -33,6 +37,7 @@ export interface SpeculativeStats {
   draft_ms: number;
   verify_ms: number;
   plain_ms_per_token: number | null;
+  plain_steps?: number;
   speedup_vs_plain: number | null;
   predicted_speedup: number | null;
   cost_ratio: number | null;

@@ -50,3 +50,19 @@ export function renderMarkdown(text: string, doc: Document = document): Document
   }
   return template.content;
 }
+
+/** The head of `text` that more text can no longer change: its top-level markdown blocks but
+ *  the last (which may still grow into a longer paragraph, list or code block), as source
+ *  text; '' while there is one block. A streaming view draws the head once and redraws only
+ *  the rest. */
+export function settledMarkdown(text: string): string {
+  const blocks = marked.lexer(text);
+  let last = blocks.length - 1;
+  while (last >= 0 && blocks[last].type === 'space') last--;
+  const head = blocks
+    .slice(0, Math.max(0, last))
+    .map((b) => b.raw)
+    .join('');
+  // The lexer normalises line ends; a head that is not the text's own prefix is not settled.
+  return text.startsWith(head) ? head : '';
+}

@@ -51,8 +51,23 @@ describe('speed summary', () => {
   });
 
   it('formats live figures', () => {
-    const f = liveFigures({ k: 0, accepted: 0, generated: 9, tokens_per_second: 9.87, speedup_vs_plain: null, acceptance_rate: null });
-    expect(f).toEqual({ tokensPerSecond: '9.9 tok/s', speedup: '…', acceptance: '–', k: 'plain' });
+    const step = { k: 0, accepted: 0, generated: 9, tokens_per_second: 9.87, speedup_vs_plain: null, acceptance_rate: null };
+    expect(liveFigures({ ...step, plain_steps: 1 })).toEqual({
+      tokensPerSecond: '9.9 tok/s',
+      speedup: '…',
+      acceptance: '–',
+      k: 'plain',
+      against: 'timing plain steps in this reply (1 of 3)',
+    });
+    const timed = liveFigures({ ...step, k: 4, speedup_vs_plain: 1.5, plain_ms_per_token: 61.23, plain_steps: 4, acceptance_rate: 0.8 });
+    expect(timed).toMatchObject({ speedup: '1.50x', acceptance: '80%', k: '4' });
+    expect(timed.against).toBe('against plain decoding timed in this reply: 4 plain steps, median 61.2 ms a token');
+  });
+
+  it('shows no speedup for a reply without a drafter', () => {
+    const f = liveFigures({ k: 0, accepted: 0, generated: 9, tokens_per_second: 9.87, speedup_vs_plain: null, acceptance_rate: null }, false);
+    expect(f.speedup).toBe('–');
+    expect(f.against).toMatch(/no drafter/);
   });
 
   it('draws the speedup line with the 1x reference', () => {

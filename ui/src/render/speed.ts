@@ -11,15 +11,32 @@ export interface LiveFigures {
   speedup: string;
   acceptance: string;
   k: string;
+  /** What the speedup compares against, for the panel to say. */
+  against: string;
 }
 
-export function liveFigures(step: StepEvent): LiveFigures {
+/** Plain steps a speedup figure rests on (the engine's MIN_PLAIN_SAMPLES). */
+const MIN_PLAIN_STEPS = 3;
+
+/** The panel's figures after `step`; `drafting` is false when the reply has no drafter, whose
+ *  speedup over plain decoding would be a comparison with itself. */
+export function liveFigures(step: StepEvent, drafting = true): LiveFigures {
   return {
     tokensPerSecond: `${step.tokens_per_second.toFixed(1)} tok/s`,
-    speedup: step.speedup_vs_plain == null ? '…' : times(step.speedup_vs_plain),
+    speedup: !drafting ? '–' : step.speedup_vs_plain == null ? '…' : times(step.speedup_vs_plain),
     acceptance: step.acceptance_rate == null ? '–' : pct(step.acceptance_rate),
     k: step.k === 0 ? 'plain' : String(step.k),
+    against: against(step, drafting),
   };
+}
+
+function against(step: StepEvent, drafting: boolean): string {
+  if (!drafting) return 'plain decoding: no drafter, nothing to compare';
+  const n = step.plain_steps ?? 0;
+  if (step.speedup_vs_plain == null || step.plain_ms_per_token == null) {
+    return `timing plain steps in this reply (${n} of ${MIN_PLAIN_STEPS})`;
+  }
+  return `against plain decoding timed in this reply: ${n} plain steps, median ${step.plain_ms_per_token.toFixed(1)} ms a token`;
 }
 
 /** "1.40x faster than plain · 74% accepted · k auto 2-5", or why it did not pay. */
@@ -30,7 +47,7 @@ export function summarize(stats: GenerationStats, kSetting: number | 'auto' = 'a
   const k = spec.k_max === 0 ? 'k auto: plain throughout' : kRange(spec.k_min, spec.k_max, kSetting);
   const accepted = spec.drafted > 0 ? `${pct(spec.acceptance_rate)} accepted` : 'nothing drafted';
   const speedup = spec.speedup_vs_plain;
-  if (speedup == null) return `${rate} · ${accepted} · ${k}`;
+  if (speedup == null) return `${rate} · ${accepted} · ${k} · too short to time plain decoding`;
   if (speedup >= 1) return `${times(speedup)} faster than plain · ${accepted} · ${k}`;
   return `${times(speedup)} of plain · ${accepted} · ${k} · ${whyNotFaster(stats)}`;
 }

@@ -57,8 +57,14 @@ pub(crate) fn parallel_items(n_items: usize, min_grab: usize, f: impl Fn(std::op
 /// holds each matmul until the scheduler runs it again: with one core busy, two threads
 /// decoded the target at 7 tokens a second where one thread alone ran at 17. Each call
 /// compares its time with what the caller alone would have taken at its own pace in it; when
-/// over a window of calls the caller alone would have been clearly faster, the next calls run
-/// on the caller alone, and then the pool is tried again.
+/// over a window the caller alone would have been clearly faster, the next calls run on the
+/// caller alone, and then the pool is tried again.
+///
+/// The window is long in time, not only in calls: a light neighbour that wakes in bursts (the
+/// app's own webview painting, 5 ms at a time) stalls the few calls a burst lands on, and a
+/// window of 32 calls (a few milliseconds) that held one burst read as a lasting load. Spells
+/// followed one another and the app decoded on one thread, at about half speed, while the
+/// pool over any tenth of a second was still well ahead of one thread.
 struct Lateness {
     calls: AtomicU32,
     parallel_ns: AtomicU64,
@@ -69,8 +75,10 @@ struct Lateness {
     spell: AtomicU32,
 }
 
-/// Parallel calls judged together.
+/// Parallel calls judged together: at least this many, over at least this much time (many
+/// frames of a 60 Hz neighbour; a few tokens of the 1.5B model).
 const LATE_WINDOW: u32 = 32;
+const LATE_WINDOW_NS: u64 = 200_000_000;
 /// Late means the caller alone would have taken under this share of the parallel time. On
 /// this 2-core host with one core busy the share was 0.2-0.8; unloaded, a window at times
 /// came to 0.9-0.99 (the host's other tenants), where a serial spell would only lose.
@@ -103,7 +111,7 @@ impl Lateness {
     fn record(&self, parallel_ns: u64, alone_ns: u64) {
         let parallel = self.parallel_ns.fetch_add(parallel_ns, Relaxed) + parallel_ns;
         let alone = self.alone_ns.fetch_add(alone_ns, Relaxed) + alone_ns;
-        if self.calls.fetch_add(1, Relaxed) + 1 < LATE_WINDOW {
+        if self.calls.fetch_add(1, Relaxed) + 1 < LATE_WINDOW || parallel < LATE_WINDOW_NS {
             return;
         }
         if (alone as f64) < LATE_SHARE * parallel as f64 {
@@ -133,19 +141,44 @@ mod tests {
         n
     }
 
+    /// Calls of 1 ms that make a window.
+    const WINDOW_CALLS: u64 = LATE_WINDOW_NS / 1_000_000;
+
+    /// A window of parallel calls of 1 ms each, in which the caller alone would have taken
+    /// `alone_share` of the time.
+    fn window(lateness: &Lateness, alone_share: f64) {
+        for _ in 0..WINDOW_CALLS {
+            lateness.record(1_000_000, (alone_share * 1e6) as u64);
+        }
+    }
+
     #[test]
     fn late_workers_start_serial_spells_that_grow_while_the_load_lasts() {
         let lateness = Lateness::new();
-        let window = |parallel_ns, alone_ns| (0..LATE_WINDOW).for_each(|_| lateness.record(parallel_ns, alone_ns));
-        window(100, 95);
+        window(&lateness, 0.95);
         assert_eq!(spell_length(&lateness), 0, "within the host's noise: keep the pool");
-        window(100, 50);
+        window(&lateness, 0.5);
         assert_eq!(spell_length(&lateness), FIRST_SPELL);
-        window(100, 50);
+        window(&lateness, 0.5);
         assert_eq!(spell_length(&lateness), 2 * FIRST_SPELL, "a lasting load: longer spells");
-        window(100, 190);
+        window(&lateness, 1.9);
         assert_eq!(spell_length(&lateness), 0, "the pool pays again");
-        window(100, 50);
+        window(&lateness, 0.5);
         assert_eq!(spell_length(&lateness), FIRST_SPELL, "and a new load starts short");
+    }
+
+    #[test]
+    fn a_burst_that_stalls_a_few_calls_is_not_a_load() {
+        let lateness = Lateness::new();
+        // A neighbour's 5 ms burst holds 32 calls of 0.1 ms up, about 0.25 ms each...
+        for _ in 0..LATE_WINDOW {
+            lateness.record(250_000, 150_000);
+        }
+        assert_eq!(spell_length(&lateness), 0, "one burst is no window");
+        // ...amid calls at the pool's pace: over the window the pool is well ahead.
+        for _ in 0..2000 {
+            lateness.record(100_000, 190_000);
+        }
+        assert_eq!(spell_length(&lateness), 0);
     }
 }

@@ -150,6 +150,11 @@ impl Ticket {
         self.events.recv().ok()
     }
 
+    /// The next event if one comes within `timeout`.
+    pub fn recv_timeout(&self, timeout: std::time::Duration) -> std::result::Result<Event, flume::RecvTimeoutError> {
+        self.events.recv_timeout(timeout)
+    }
+
     pub async fn recv_async(&self) -> Option<Event> {
         self.events.recv_async().await.ok()
     }

@@ -5,11 +5,13 @@ pub mod accept;
 pub mod adaptive;
 pub mod drafter;
 pub mod lookup;
+pub mod reference;
 
 pub use accept::{accept_matching, accept_sampled, Outcome, SampledAccept};
 pub use adaptive::{CostModel, KSetting, MAX_K};
 pub use drafter::{Draft, DraftModel, Drafter};
 pub use lookup::PromptLookup;
+pub use reference::PlainReference;
 
 use crate::error::{Error, Result};
 use crate::generate::{
@@ -113,6 +115,7 @@ pub fn generate_speculative(
     let mut sampler = Sampler::for_reply(options, tokenizer)?;
     let mut reply = Reply::new(tokenizer, prompt, options, sink);
     let mut totals = Totals::default();
+    let mut plain = PlainReference::default();
 
     while !reply.is_done() {
         let step_started = Instant::now();
@@ -124,7 +127,10 @@ pub fn generate_speculative(
         }
         let budget = options.max_tokens.saturating_sub(reply.position());
         let backlog = drafter.backlog(reply.context.len());
-        let k = costs.next_k(spec.k, backlog).min(room - 1).min(budget.saturating_sub(1));
+        // A plain step owed to the speedup figure is taken whatever k would be: it commits the
+        // token the target picks, as any step does.
+        let k = if plain.owed() { 0 } else { costs.next_k(spec.k, backlog) };
+        let k = k.min(room - 1).min(budget.saturating_sub(1));
 
         // 1. draft (after catching the drafter up on steps taken without it, timed apart)
         let t = Instant::now();
@@ -174,8 +180,9 @@ pub fn generate_speculative(
         // counted in the probe's first step, it read as a loss of twice plain's time and
         // stopped every probe that followed a plain stretch, whatever its acceptance.
         costs.record_step(k, reply.tokens.len() - committed_before, step_ms - catch_up_ms);
+        plain.record_step(k, step_ms);
         totals.record(k, outcome.accepted, catch_up_ms + draft_ms, verify_ms);
-        let step = step_event(&reply, costs, &totals, k, outcome.accepted);
+        let step = step_event(&reply, &plain, &totals, k, outcome.accepted);
         reply.step(&step);
     }
 
@@ -188,14 +195,14 @@ pub fn generate_speculative(
         prefill_ms: ms(prefill),
         decode_ms: ms(decode),
         tokens_per_second: generated as f64 / decode.as_secs_f64().max(1e-9),
-        speculative: Some(totals.summary(drafter.name(), costs, generated, ms(decode))),
+        speculative: Some(totals.summary(drafter.name(), costs, &plain, generated, ms(decode))),
     };
     reply.finish(stats)
 }
 
 /// Prefill the prompt but its last token, feeding the one before that alone and timing it:
-/// a single-token target pass at this context, measured for free. The speedup figure and
-/// auto's choice of k both stand on it. `None` when the sink cancelled.
+/// a single-token target pass at this context, measured for free, on which auto's first choice
+/// of k stands. (The speedup figure times whole plain steps instead: [`PlainReference`].) `None` when the sink cancelled.
 fn prefill_measuring_plain_step(
     target: &mut CachedModel,
     prompt: &[u32],
@@ -278,9 +285,15 @@ impl Totals {
         (self.drafted > 0).then(|| self.accepted as f64 / self.drafted as f64)
     }
 
-    fn summary(&self, drafter: &str, costs: &CostModel, generated: usize, decode_ms: f64) -> SpeculativeStats {
+    fn summary(
+        &self,
+        drafter: &str,
+        costs: &CostModel,
+        plain: &PlainReference,
+        generated: usize,
+        decode_ms: f64,
+    ) -> SpeculativeStats {
         let k_mean = if self.drafting_steps > 0 { self.k_sum as f64 / self.drafting_steps as f64 } else { 0.0 };
-        let plain = costs.plain_ms();
         SpeculativeStats {
             drafter: drafter.to_string(),
             drafted: self.drafted,
@@ -290,8 +303,9 @@ impl Totals {
             tokens_per_pass: generated as f64 / self.passes.max(1) as f64,
             draft_ms: self.draft_ms,
             verify_ms: self.verify_ms,
-            plain_ms_per_token: plain,
-            speedup_vs_plain: plain.map(|t1| t1 * generated as f64 / decode_ms.max(1e-9)),
+            plain_ms_per_token: plain.ms_per_token(),
+            plain_steps: plain.samples(),
+            speedup_vs_plain: plain.speedup(generated, decode_ms),
             predicted_speedup: (self.drafting_steps > 0).then(|| costs.predicted_speedup(k_mean)).flatten(),
             cost_ratio: costs.cost_ratio(),
             k_min: self.k_min.unwrap_or(0),
@@ -301,15 +315,17 @@ impl Totals {
     }
 }
 
-fn step_event(reply: &Reply, costs: &CostModel, totals: &Totals, k: usize, accepted: usize) -> StepEvent {
-    let elapsed = reply.decode_elapsed().as_secs_f64().max(1e-9);
+fn step_event(reply: &Reply, plain: &PlainReference, totals: &Totals, k: usize, accepted: usize) -> StepEvent {
+    let elapsed = reply.decode_elapsed();
     let generated = reply.tokens.len();
     StepEvent {
         k,
         accepted,
         generated,
-        tokens_per_second: generated as f64 / elapsed,
-        speedup_vs_plain: costs.plain_ms().map(|t1| t1 / 1000.0 * generated as f64 / elapsed),
+        tokens_per_second: generated as f64 / elapsed.as_secs_f64().max(1e-9),
+        speedup_vs_plain: plain.speedup(generated, ms(elapsed)),
+        plain_ms_per_token: plain.ms_per_token(),
+        plain_steps: plain.samples(),
         acceptance_rate: totals.acceptance(),
     }
 }

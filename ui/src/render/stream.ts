@@ -1,0 +1,127 @@
+// The reply while it streams. Its cost in the webview must grow with the new tokens only: on
+// a 2-core machine every millisecond spent here is taken from decoding. Tokens are appended to
+// what is drawn, never redrawn; painting is batched a few times a second; the finished reply
+// is drawn whole once, by whoever shows the stored conversation.
+
+import type { TokenEvent } from '../api/types';
+import { renderMarkdown, settledMarkdown } from './markdown';
+import { TokenDom, TokenLayout } from './tokens';
+
+/** Time between paints: text read at this pace looks continuous, and each paint costs one
+ *  layout of the reply's last block. */
+export const PAINT_INTERVAL_MS = 200;
+
+export interface StreamOptions {
+  /** Tokens coloured by provenance; otherwise the reply reads as markdown. */
+  colours: boolean;
+  /** Called after each paint (scrolling, the speed panel). */
+  onPaint?: () => void;
+  interval?: number;
+  doc?: Document;
+}
+
+interface View {
+  append(tokens: TokenEvent[]): void;
+  /** Everything has come: draw what waited for more text. */
+  end(): void;
+}
+
+/** Provenance colours: each piece of a token appended once, in its text or code block. */
+class TokenView implements View {
+  private readonly layout: TokenLayout;
+
+  constructor(body: HTMLElement, doc: Document) {
+    this.layout = new TokenLayout(new TokenDom(body, doc));
+  }
+
+  append(tokens: TokenEvent[]): void {
+    this.layout.push(tokens);
+  }
+
+  end(): void {
+    this.layout.finish();
+  }
+}
+
+/** Markdown: finished blocks are drawn once and kept; only the last block is redrawn. */
+class MarkdownView implements View {
+  private text = '';
+  private settled = 0;
+  private readonly tail: HTMLElement;
+
+  constructor(
+    private readonly body: HTMLElement,
+    private readonly doc: Document,
+  ) {
+    this.tail = doc.createElement('div');
+    this.tail.className = 'markdown-tail';
+    body.append(this.tail);
+  }
+
+  append(tokens: TokenEvent[]): void {
+    for (const t of tokens) this.text += t.text;
+    const head = settledMarkdown(this.text.slice(this.settled));
+    if (head) {
+      this.body.insertBefore(renderMarkdown(head, this.doc), this.tail);
+      this.settled += head.length;
+    }
+    this.tail.replaceChildren(renderMarkdown(this.text.slice(this.settled), this.doc));
+  }
+
+  end(): void {}
+}
+
+export class ReplyStream {
+  private pending: TokenEvent[] = [];
+  private readonly tokens: TokenEvent[] = [];
+  private timer: ReturnType<typeof setTimeout> | null = null;
+  private view: View;
+  private readonly doc: Document;
+
+  constructor(
+    private readonly body: HTMLElement,
+    private readonly options: StreamOptions,
+  ) {
+    this.doc = options.doc ?? document;
+    this.view = this.makeView(options.colours);
+  }
+
+  /** A token arrived: it is drawn at the next paint. */
+  push(token: TokenEvent): void {
+    this.pending.push(token);
+    this.schedule();
+  }
+
+  /** Ask for a paint without a new token (new speed figures). */
+  schedule(): void {
+    this.timer ??= setTimeout(() => this.paint(), this.options.interval ?? PAINT_INTERVAL_MS);
+  }
+
+  /** Draw what came since the last paint. */
+  paint(): void {
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timer = null;
+    const fresh = this.pending.splice(0);
+    this.tokens.push(...fresh);
+    if (fresh.length) this.view.append(fresh);
+    this.options.onPaint?.();
+  }
+
+  /** Colours were switched mid-reply: what came so far is drawn again in the other view. */
+  setColours(on: boolean): void {
+    this.paint();
+    this.body.replaceChildren();
+    this.view = this.makeView(on);
+    this.view.append(this.tokens);
+  }
+
+  /** The reply ended: draw every token, with nothing waiting on more text. */
+  finish(): void {
+    this.paint();
+    this.view.end();
+  }
+
+  private makeView(colours: boolean): View {
+    return colours ? new TokenView(this.body, this.doc) : new MarkdownView(this.body, this.doc);
+  }
+}
