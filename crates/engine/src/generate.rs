@@ -522,7 +522,7 @@ pub fn generate_plain(
         let logits = target.advance_to(&reply.context)?;
         let choice = sampler.choose(&logits, &reply.context, reply.position())?;
         reply.commit(choice.token, Source::Target, &choice.probs, None)?;
-        if reply.tokens.len() % PLAIN_STEP_EVERY == 0 {
+        if reply.tokens.len().is_multiple_of(PLAIN_STEP_EVERY) {
             let step = plain_step_event(&reply);
             reply.step(&step);
         }
