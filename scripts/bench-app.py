@@ -298,7 +298,7 @@ def main() -> int:
     parser.add_argument("--cli", default=str(ROOT / "target/release/specula"))
     parser.add_argument("--tokens", default="256,1500")
     parser.add_argument("--kinds", default="code,prose")
-    parser.add_argument("--repeat", type=int, default=1, help="rounds per prompt and size; medians are kept")
+    parser.add_argument("--repeat", default="1", help="rounds per prompt, one figure or one per size (3,1); medians are kept")
     parser.add_argument("--out", default=str(ROOT / "bench/app.json"))
     parser.add_argument("--screenshot", help="a PNG of the window after the last reply")
     parser.add_argument("--app-log", type=Path, help="the app's log, with the kernel pool's serial spells counted per reply")
@@ -309,9 +309,11 @@ def main() -> int:
     try:
         # A short reply first: the models' first pass and the page's first paint are not timed.
         app_reply(app, "model", "Say hello.", 8)
-        for max_tokens in [int(t) for t in args.tokens.split(",")]:
+        sizes = [int(t) for t in args.tokens.split(",")]
+        repeats = [int(r) for r in args.repeat.split(",")]
+        for max_tokens, repeat in zip(sizes, repeats + repeats[-1:] * len(sizes)):
             for kind in args.kinds.split(","):
-                run = measure(app, args.cli, kind, max_tokens, args.repeat)
+                run = measure(app, args.cli, kind, max_tokens, repeat)
                 runs.append(run)
                 print(json.dumps(run), flush=True)
         if args.screenshot:

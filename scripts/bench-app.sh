@@ -3,7 +3,7 @@
 # (scripts/bench-app.py says what it measures). Builds the release app and CLI first, then
 # runs the real app in a virtual display (Xvfb), driven through tauri-driver.
 #
-#     scripts/bench-app.sh [--tokens 256,1500] [--kinds code,prose] [--out bench/app.json]
+#     scripts/bench-app.sh [--tokens 256,1500] [--kinds code,prose] [--repeat 3,1] [--out bench/app.json]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target_dir="${CARGO_TARGET_DIR:-$PWD/target}"

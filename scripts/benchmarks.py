@@ -25,9 +25,9 @@ M = "M=~/.cache/specula/models; T=$M/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf; D=
 SECTIONS = {
     "app.json": (
         "The app itself, beside the engine, in one run",
-        "scripts/bench-app.sh --tokens 256,1500 --kinds code,prose   # the release app under Xvfb, driven through "
+        "scripts/bench-app.sh --tokens 256,1500 --kinds code,prose --repeat 3,1   # the release app under Xvfb, driven through "
         "tauri-driver as a user drives it (Settings, a new chat, the prompt typed, Send), its figures read from its "
-        "history database; specula generate with the same prompt, seed and settings in turn",
+        "history database; specula generate with the same prompt, seed and settings in turn; medians of the rounds",
         "Reproducible mode with a pinned seed, so that plain and speculative replies are the same tokens. App and CLI "
         "rates are the engine's decode rate (tokens over decode time); the displayed speedup is what the app showed "
         "and stored; the measured one is the app's speculative rate over its own plain rate. CPU per token is what "
@@ -190,10 +190,10 @@ def app_tables(data: dict) -> str:
             app, cli = r[f"app_{mode}"], r[f"cli_{mode}"]
             shown = f"{app['displayed_speedup']:.2f}x" if app.get("displayed_speedup") else "–"
             measured = f"{r['app_measured_speedup']:.2f}x" if mode == "speculative" and r.get("app_measured_speedup") else ""
-            rows.append([r["kind"], app["tokens"], mode, f"{app['tokens_per_second']:.1f}", f"{cli['tokens_per_second']:.1f}",
+            rows.append([r["kind"], f"{app['tokens']} x{r.get('repeat', 1)}", mode, f"{app['tokens_per_second']:.1f}", f"{cli['tokens_per_second']:.1f}",
                          f"{r[f'app_over_cli_{mode}']:.2f}x", shown if mode == "speculative" else "–", measured,
                          f"{app['webview_cpu_ms_per_token']:.1f}", f"{app['x_cpu_ms_per_token']:.1f}"])
-    header = ["set", "tokens", "decoding", "app tok/s", "CLI tok/s", "app / CLI", "speedup shown", "speedup measured",
+    header = ["set", "tokens x rounds", "decoding", "app tok/s", "CLI tok/s", "app / CLI", "speedup shown", "speedup measured",
               "webview CPU ms/token", "X CPU ms/token"]
     return table(header, rows)
 
