@@ -288,6 +288,22 @@ def measure(app: App, cli: str, kind: str, max_tokens: int, repeat: int) -> dict
     return run
 
 
+def free_port_pair() -> int:
+    """A port for tauri-driver whose native port (+1000) is free too: a driver left running by
+    an earlier run on a fixed port answered the new session with a closed connection."""
+    import socket
+
+    for port in range(15444, 16444):
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 1000))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free pair of ports for tauri-driver")
+
+
 def ratio(a, b):
     return round(a / b, 3) if a and b else None
 
@@ -303,7 +319,7 @@ def main() -> int:
     parser.add_argument("--screenshot", help="a PNG of the window after the last reply")
     parser.add_argument("--app-log", type=Path, help="the app's log, with the kernel pool's serial spells counted per reply")
     args = parser.parse_args()
-    port = 15444 + os.getpid() % 500
+    port = free_port_pair()
     app = App(args.app, port, args.app_log)
     runs = []
     try:
