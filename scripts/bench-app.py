@@ -235,6 +235,9 @@ def app_reply(app: App, drafter: str, prompt: str, max_tokens: int) -> dict:
         "tokens_per_second": stats.get("tokens_per_second"),
         "displayed_speedup": spec.get("speedup_vs_plain"),
         "acceptance": spec.get("acceptance_rate"),
+        # What the displayed figure compares against: plain steps timed inside this reply.
+        "plain_ms_per_token_in_reply": spec.get("plain_ms_per_token"),
+        "plain_steps_in_reply": spec.get("plain_steps"),
         "wall_s": round(wall, 2),
         "webview_cpu_ms_per_token": round(per_token(cpu_ticks(WEBVIEW) - web), 3),
         "x_cpu_ms_per_token": round(per_token(cpu_ticks(XSERVER) - x), 3),
@@ -277,15 +280,32 @@ def measure(app: App, cli: str, kind: str, max_tokens: int, repeat: int) -> dict
             replies[f"cli_{name}"].append(cli_reply(cli, drafter, prompt, max_tokens))
     run = {"kind": kind, "max_tokens": max_tokens, "repeat": repeat}
     run.update({name: median_reply(r) for name, r in replies.items()})
-    rate = lambda name: run[name]["tokens_per_second"]
-    run["app_over_cli_plain"] = ratio(rate("app_plain"), rate("cli_plain"))
-    run["app_over_cli_speculative"] = ratio(rate("app_speculative"), rate("cli_speculative"))
-    run["app_measured_speedup"] = ratio(rate("app_speculative"), rate("app_plain"))
-    shown = [r["displayed_speedup"] for r in replies["app_speculative"] if r["displayed_speedup"]]
-    run["app_speculative"]["displayed_speedup"] = sorted(shown)[len(shown) // 2] if shown else None
-    run["displayed_over_measured"] = ratio(run["app_speculative"]["displayed_speedup"], run["app_measured_speedup"])
+    # Ratios are taken within a round, whose four replies ran minutes apart at most, then the
+    # median across rounds: this host's speed drifts by a third between minutes, so a ratio
+    # of medians from different minutes would measure the drift.
+    rate = lambda name, i: replies[name][i]["tokens_per_second"]
+    shown = lambda i: replies["app_speculative"][i]["displayed_speedup"]
+    rounds = {
+        "app_over_cli_plain": [ratio(rate("app_plain", i), rate("cli_plain", i)) for i in range(repeat)],
+        "app_over_cli_speculative": [ratio(rate("app_speculative", i), rate("cli_speculative", i)) for i in range(repeat)],
+        "app_measured_speedup": [ratio(rate("app_speculative", i), rate("app_plain", i)) for i in range(repeat)],
+    }
+    rounds["displayed_over_measured"] = [ratio(shown(i), m) for i, m in enumerate(rounds["app_measured_speedup"])]
+    for name, values in rounds.items():
+        run[name] = median([v for v in values if v is not None])
+    run["rounds"] = rounds
+    shown_all = [shown(i) for i in range(repeat) if shown(i)]
+    run["app_speculative"]["displayed_speedup"] = median(shown_all)
     run["same_length"] = len({r["tokens"] for group in replies.values() for r in group}) == 1
     return run
+
+
+def median(values: list):
+    if not values:
+        return None
+    ranked = sorted(values)
+    mid = len(ranked) // 2
+    return ranked[mid] if len(ranked) % 2 else round((ranked[mid - 1] + ranked[mid]) / 2, 3)
 
 
 def free_port_pair() -> int:

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use tauri::ipc::Channel;
 use tauri::State;
 
-const SETTINGS_KEY: &str = "settings";
+pub const SETTINGS_KEY: &str = "settings";
 /// The model files the user added by path (`Vec<PathBuf>`).
 pub const ADDED_MODELS_KEY: &str = "added_models";
 
@@ -29,6 +29,12 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> CommandResult<T> + Send
 #[tauri::command]
 pub fn engine_status(state: State<'_, AppState>) -> EngineStatus {
     state.engine.status()
+}
+
+/// What went wrong at start-up and was worked around (a history moved aside, settings reset).
+#[tauri::command]
+pub fn startup_notices(state: State<'_, AppState>) -> Vec<ErrorDto> {
+    state.notices.clone()
 }
 
 #[tauri::command]

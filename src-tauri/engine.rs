@@ -147,9 +147,11 @@ impl Engine {
     }
 }
 
-/// Store and forward one reply's events. Tokens are written at each step, so a crash loses at
-/// most the step in flight; the row's end is written however the reply ends, and before the
-/// webview hears of it, so that what it then reads back is complete.
+/// Store and forward one reply's events. Tokens are written each time a batch goes to the
+/// webview, and before it goes (every [`BATCH_EVERY`], whatever the decoding: plain decoding
+/// has few steps), so a crash loses at most the last tenth of a second and nothing the window
+/// showed; the row's end is written however the reply ends, and before the webview hears of
+/// it, so that what it then reads back is complete.
 fn forward(ticket: &Ticket, job: &ReplyJob, store: &Mutex<Store>) {
     let mut unsaved: Vec<TokenEvent> = Vec::new();
     let mut outbox = Outbox::new(&job.events);
@@ -160,6 +162,7 @@ fn forward(ticket: &Ticket, job: &ReplyJob, store: &Mutex<Store>) {
             Some(wait) => match ticket.recv_timeout(wait) {
                 Ok(event) => Some(event),
                 Err(flume::RecvTimeoutError::Timeout) => {
+                    store_tokens(store, job.message_id, &mut unsaved);
                     outbox.flush();
                     continue;
                 }
@@ -174,10 +177,7 @@ fn forward(ticket: &Ticket, job: &ReplyJob, store: &Mutex<Store>) {
                 unsaved.push(token.clone());
                 outbox.tokens.push(token);
             }
-            Event::Step(step) => {
-                store_tokens(store, job.message_id, &mut unsaved);
-                outbox.step = Some(step);
-            }
+            Event::Step(step) => outbox.step = Some(step),
             Event::Done(g) => {
                 let finish_reason = g.finish_reason.as_str();
                 store_end(store, job.message_id, &mut unsaved, Some(&g.stats), finish_reason);
@@ -191,6 +191,7 @@ fn forward(ticket: &Ticket, job: &ReplyJob, store: &Mutex<Store>) {
             }
         }
         if outbox.due() {
+            store_tokens(store, job.message_id, &mut unsaved);
             outbox.flush();
         }
         if outbox.closed {

@@ -6,9 +6,11 @@ mod engine;
 mod error;
 mod library;
 mod paths;
+mod priority;
 mod settings;
 
 use engine::Engine;
+use error::ErrorDto;
 use specula_store::Store;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -18,6 +20,8 @@ pub struct AppState {
     store: Arc<Mutex<Store>>,
     engine: Engine,
     pulls: Arc<library::Pulls>,
+    /// What went wrong at start-up and was worked around, for the window to say once it opens.
+    notices: Vec<ErrorDto>,
 }
 
 /// The history lives in the app's data folder; SPECULA_DATA_DIR moves it (tests, portable use).
@@ -28,14 +32,58 @@ fn data_dir(app: &tauri::App) -> Result<PathBuf, Box<dyn std::error::Error>> {
     }
 }
 
+/// Nothing stored may keep the app from starting: a history that cannot be opened is moved
+/// aside (the notice says where), and a folder where none can be written leaves a history
+/// kept in memory for this session, with a notice saying so.
+fn open_history(path: &std::path::Path, notices: &mut Vec<ErrorDto>) -> Store {
+    match Store::open_or_set_aside(path) {
+        Ok((store, None)) => store,
+        Ok((store, Some(aside))) => {
+            tracing::warn!("chat history moved aside to {}: {}", aside.moved_to.display(), aside.reason);
+            let message = format!(
+                "The chat history could not be opened ({}). It was moved to {} and kept; a new history was started.",
+                aside.reason,
+                aside.moved_to.display()
+            );
+            notices.push(ErrorDto::new("history_set_aside", message));
+            store
+        }
+        Err(e) => {
+            tracing::error!("chat history: {e}");
+            let message = format!("The chat history cannot be kept: {e}. Chats are kept until the app closes.");
+            notices.push(ErrorDto::new("history_in_memory", message));
+            Store::open_in_memory().expect("an in-memory database opens")
+        }
+    }
+}
+
+/// A stored setting that no longer reads (an older or damaged row) gives way to the default;
+/// its text is kept under `KEY.unreadable` and the user is told.
+fn read_setting<T: serde::de::DeserializeOwned>(store: &Store, key: &str, notices: &mut Vec<ErrorDto>) -> Option<T> {
+    match store.setting::<T>(key) {
+        Ok(value) => value,
+        Err(e) => {
+            tracing::warn!("setting {key}: {e}");
+            let kept = store.setting_text(key).ok().flatten().unwrap_or_default();
+            let saved = store.set_setting(&format!("{key}.unreadable"), &kept).and_then(|()| store.delete_setting(key));
+            if let Err(e) = saved {
+                tracing::error!("setting {key}: could not set the unreadable value aside: {e}");
+            }
+            let message = format!("The saved {key} could not be read ({e}); the defaults are used. The old value is kept as {key}.unreadable.");
+            notices.push(ErrorDto::new("settings_reset", message));
+            None
+        }
+    }
+}
+
 fn setup(app: &mut tauri::App) -> Result<(), Box<dyn std::error::Error>> {
     let path = data_dir(app)?.join("specula.db");
     tracing::info!("chat history: {}", path.display());
-    let store = Arc::new(Mutex::new(Store::open(&path)?));
-    let (saved, added) = {
-        let store = store.lock().map_err(|_| "history lock")?;
-        (store.setting::<settings::AppSettings>("settings")?, store.setting(commands::ADDED_MODELS_KEY)?)
-    };
+    let mut notices = Vec::new();
+    let store = open_history(&path, &mut notices);
+    let saved: Option<settings::AppSettings> = read_setting(&store, commands::SETTINGS_KEY, &mut notices);
+    let added = read_setting(&store, commands::ADDED_MODELS_KEY, &mut notices);
+    let store = Arc::new(Mutex::new(store));
     paths::set_added(added.unwrap_or_default());
     let engine = Engine::spawn();
     // Load the chosen models in the background; replies queue behind the load. A model that
@@ -47,7 +95,7 @@ fn setup(app: &mut tauri::App) -> Result<(), Box<dyn std::error::Error>> {
             tracing::warn!("the saved settings name no usable models: {}", e.message);
         }
     }
-    app.manage(AppState { store, engine, pulls: Arc::default() });
+    app.manage(AppState { store, engine, pulls: Arc::default(), notices });
     Ok(())
 }
 
@@ -67,6 +115,31 @@ fn software_compositing_off() {
     }
 }
 
+/// The window shows the app and nothing else: model output that slipped a link past the
+/// sanitiser, or a script that set `location`, must not turn it into a browser holding the
+/// app's IPC. Links open outside through the opener (`open_link`).
+fn navigation_guard<R: tauri::Runtime>() -> tauri::plugin::TauriPlugin<R> {
+    tauri::plugin::Builder::new("navigation-guard")
+        .on_navigation(|_, url| {
+            let own = is_the_apps_own(url);
+            if !own {
+                tracing::warn!("refused to navigate the window to {url}");
+            }
+            own
+        })
+        .build()
+}
+
+/// The app's pages: `tauri://localhost` (Linux, macOS) or `http(s)://tauri.localhost`
+/// (Windows). The app has no dev server URL: its pages are always built in.
+fn is_the_apps_own(url: &tauri::Url) -> bool {
+    match url.scheme() {
+        "tauri" => url.host_str() == Some("localhost"),
+        "http" | "https" => url.host_str() == Some("tauri.localhost"),
+        _ => false,
+    }
+}
+
 pub fn run() {
     software_compositing_off();
     tracing_subscriber::fmt()
@@ -78,9 +151,16 @@ pub fn run() {
         .init();
     let result = tauri::Builder::default()
         .plugin(tauri_plugin_opener::init())
+        .plugin(navigation_guard())
         .setup(setup)
+        .on_page_load(|_, page| {
+            if page.event() == tauri::webview::PageLoadEvent::Finished {
+                priority::webview_gives_way();
+            }
+        })
         .invoke_handler(tauri::generate_handler![
             commands::engine_status,
+            commands::startup_notices,
             commands::list_models,
             commands::add_model,
             commands::apply_models,
@@ -107,5 +187,68 @@ pub fn run() {
     if let Err(e) = result {
         eprintln!("error: {e}");
         std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_window_may_show_the_apps_pages_only() {
+        let own = |u: &str| is_the_apps_own(&tauri::Url::parse(u).unwrap());
+        assert!(own("tauri://localhost/"));
+        assert!(own("tauri://localhost/index.html#chat"));
+        assert!(own("https://tauri.localhost/"));
+        for foreign in [
+            "https://example.com/",
+            "http://localhost:8080/",
+            "tauri://example.com/",
+            "https://tauri.localhost.evil.example/",
+            "file:///etc/passwd",
+            "data:text/html,hi",
+            "javascript:alert(1)",
+            "about:blank",
+        ] {
+            assert!(!own(foreign), "{foreign}");
+        }
+    }
+
+    #[test]
+    fn a_history_that_cannot_be_opened_is_set_aside_with_a_notice_and_no_folder_means_memory() {
+        let dir = std::env::temp_dir().join(format!("specula-open-history-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("specula.db");
+        std::fs::write(&path, "garbage").unwrap();
+        let mut notices = Vec::new();
+        let store = open_history(&path, &mut notices);
+        assert!(store.create_conversation().is_ok());
+        assert_eq!(notices.len(), 1);
+        assert_eq!(notices[0].code, "history_set_aside");
+        assert!(notices[0].message.contains("specula.db.unreadable-"), "{}", notices[0].message);
+
+        // A folder that cannot exist (under a file): a history in memory, and the user is told.
+        let mut notices = Vec::new();
+        let store = open_history(&path.join("below-a-file").join("specula.db"), &mut notices);
+        assert!(store.create_conversation().is_ok());
+        assert_eq!(notices[0].code, "history_in_memory");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn a_setting_that_no_longer_reads_gives_way_to_the_default_and_is_kept() {
+        let store = Store::open_in_memory().unwrap();
+        store.set_setting("settings", &"not the settings").unwrap();
+        let mut notices = Vec::new();
+        let read: Option<settings::AppSettings> = read_setting(&store, "settings", &mut notices);
+        assert!(read.is_none());
+        assert_eq!(notices[0].code, "settings_reset");
+        assert_eq!(store.setting::<String>("settings.unreadable").unwrap().as_deref(), Some("\"not the settings\""));
+        assert_eq!(store.setting_text("settings").unwrap(), None, "the next read gets the defaults");
+        // A good row reads, with no notice.
+        store.set_setting("settings", &settings::AppSettings::default()).unwrap();
+        let mut notices = Vec::new();
+        assert!(read_setting::<settings::AppSettings>(&store, "settings", &mut notices).is_some());
+        assert!(notices.is_empty());
     }
 }

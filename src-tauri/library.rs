@@ -106,7 +106,14 @@ pub enum PullEvent {
 pub fn pull_model(state: State<'_, AppState>, repo: String, file: String, on_event: Channel<PullEvent>) -> u64 {
     let id = state.pulls.next.fetch_add(1, Ordering::Relaxed);
     let cancel = Arc::new(AtomicBool::new(false));
-    state.pulls.cancels.lock().expect("pulls lock").insert(id, cancel.clone());
+    {
+        let mut cancels = state.pulls.cancels.lock().expect("pulls lock");
+        if let Err(e) = pull_allowed(&file, cancels.len()) {
+            let _ = on_event.send(PullEvent::Error { code: e.code, message: e.message });
+            return id;
+        }
+        cancels.insert(id, cancel.clone());
+    }
     let pulls = state.pulls.clone();
     std::thread::spawn(move || {
         let hub = Hub::from_env();
@@ -129,6 +136,23 @@ pub fn pull_model(state: State<'_, AppState>, repo: String, file: String, on_eve
     id
 }
 
+/// Downloads at once: each is hundreds of megabytes or more, and more at once only share the
+/// same bandwidth (and the disk space each was promised, crates/hub).
+const PULLS_AT_ONCE: usize = 2;
+
+/// Only model files are fetched (the window asks for catalogue entries; anything else asking
+/// is refused), and a few at a time.
+fn pull_allowed(file: &str, running: usize) -> Result<(), ErrorDto> {
+    if !file.to_ascii_lowercase().ends_with(".gguf") {
+        return Err(ErrorDto::new("path_not_allowed", format!("{file}: only .gguf model files are downloaded")));
+    }
+    if running >= PULLS_AT_ONCE {
+        let message = format!("{PULLS_AT_ONCE} downloads are running; start this one when one of them ends");
+        return Err(ErrorDto::new("busy", message));
+    }
+    Ok(())
+}
+
 #[tauri::command]
 pub fn cancel_pull(state: State<'_, AppState>, id: u64) -> bool {
     let cancels = state.pulls.cancels.lock().expect("pulls lock");
@@ -149,4 +173,18 @@ pub async fn diagnose(target: String, draft: String) -> CommandResult<DiagnosisD
         Ok::<_, ErrorDto>(DiagnosisDto { compatible: d.compatible, text: d.to_string() })
     };
     tauri::async_runtime::spawn_blocking(work).await.map_err(|e| ErrorDto::new("internal", e.to_string()))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_model_files_and_a_few_at_a_time() {
+        assert!(pull_allowed("qwen2.5-0.5b-instruct-q4_k_m.gguf", 0).is_ok());
+        assert!(pull_allowed("sub/Model.GGUF", 1).is_ok());
+        assert_eq!(pull_allowed("model.safetensors", 0).unwrap_err().code, "path_not_allowed");
+        assert_eq!(pull_allowed("../../.bashrc", 0).unwrap_err().code, "path_not_allowed");
+        assert_eq!(pull_allowed("model.gguf", PULLS_AT_ONCE).unwrap_err().code, "busy");
+    }
 }

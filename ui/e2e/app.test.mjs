@@ -5,9 +5,10 @@
 // SPECULA_ARTIFACTS (default ui/e2e/artifacts).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
+import { execSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { createServer } from 'node:http';
-import { existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -292,4 +293,54 @@ test('a saved model that cannot load says why at launch, and the chat works once
   const sources = await lastReplySources();
   assert.ok(sources.length > 0, 'a reply after choosing a good model');
   writeFileSync(join(ARTIFACTS, 'app-recovered.png'), await wd.screenshot());
+});
+
+test('the window cannot be navigated away from the app', async () => {
+  await wd.execute("location.href = 'https://example.com/'");
+  await new Promise((r) => setTimeout(r, 1500));
+  assert.equal(await wd.execute('return location.protocol + location.host'), 'tauri:localhost');
+  // The same page, still alive: no reload either.
+  assert.equal(await wd.execute("return document.body.dataset.ready"), 'true');
+});
+
+test('a history it cannot open is moved aside, kept, and the app starts with a notice', async () => {
+  await wd.quit();
+  const db = join(data, 'specula.db');
+  const garbage = 'not a database\n'.repeat(500);
+  for (const journal of ['-wal', '-shm']) rmSync(db + journal, { force: true });
+  writeFileSync(db, garbage);
+  await launch();
+  const notice = await wd.waitFor(
+    "const n = document.querySelector('#notice'); return !n.hidden && n.dataset.code === 'history_set_aside' && n.textContent",
+    { timeout: 60_000, what: 'the notice about the history' },
+  );
+  const moved = readdirSync(data).filter((name) => name.startsWith('specula.db.unreadable-'));
+  assert.equal(moved.length, 1, `moved aside: ${readdirSync(data)}`);
+  assert.ok(notice.includes(moved[0]), notice);
+  assert.equal(readFileSync(join(data, moved[0]), 'utf8'), garbage, 'kept byte for byte');
+  writeFileSync(join(ARTIFACTS, 'app-history-set-aside.png'), await wd.screenshot());
+  // The fresh history works.
+  await ask('Say hi.');
+  await replyEnds();
+  assert.ok((await lastReplySources()).length > 0, 'a reply in the fresh history');
+});
+
+test('killed mid-way through a plain reply, the app keeps every token its window had shown', async () => {
+  await setSettings({ target: join(models, TARGET), draft: 'none', max_tokens: 400 });
+  await ask('Write a long story about a lighthouse keeper, in many paragraphs.');
+  const shown = await wd.waitFor(
+    "const m = [...document.querySelectorAll('#messages .message.assistant')].pop(); const n = m.querySelectorAll('.tok').length; return n >= 40 && n",
+    { timeout: 120_000, what: 'forty tokens on screen' },
+  );
+  const pid = Number(execSync('pgrep -n -x specula-app').toString().trim());
+  process.kill(pid, 'SIGKILL');
+  await new Promise((r) => setTimeout(r, 500));
+  await wd.quit(); // the app is gone; its session is ended (errors ignored)
+  await launch();
+  await wd.execute("[...document.querySelectorAll('#conversation-list li .open')][0].click()");
+  const kept = await wd.waitFor(
+    "const m = [...document.querySelectorAll('#messages .message.assistant')].pop(); const n = m?.querySelectorAll('.tok').length; return n > 0 && n",
+    { what: 'the interrupted reply after the restart' },
+  );
+  assert.ok(kept >= shown, `${kept} tokens kept, ${shown} were on screen when the app was killed`);
 });

@@ -496,9 +496,10 @@ function wire(): void {
     const m = ui.messages;
     following = m.scrollHeight - m.scrollTop - m.clientHeight < 48;
   });
-  // A link in a reply never navigates the window: it opens outside the app.
+  // A link in a reply never navigates the window: it opens outside the app. (The shell also
+  // refuses any navigation away from the app: src-tauri/lib.rs.)
   ui.messages.addEventListener('click', (e) => {
-    const link = (e.target as HTMLElement).closest('a[href]') as HTMLAnchorElement | null;
+    const link = (e.target as HTMLElement).closest('a[href], area[href]') as HTMLAnchorElement | null;
     if (!link) return;
     e.preventDefault();
     if (/^(https?:|mailto:)/i.test(link.href)) void state.backend.openLink(link.href).catch(showNotice);
@@ -605,6 +606,9 @@ async function start(): Promise<void> {
   if (recent[0]) state.conversation = await backend.conversation(recent[0].id);
   await refreshAll();
   await backend.status().then(showStatus, showNotice);
+  // Said after the status, which may have a notice of its own: this one matters more.
+  const notices = (await backend.startupNotices?.().catch(() => [])) ?? [];
+  if (notices.length) showNotice({ code: notices[0].code, message: notices.map((n) => n.message).join(' ') });
   await offerFirstRun().catch(showNotice);
   document.body.dataset.ready = 'true';
 }

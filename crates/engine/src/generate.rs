@@ -4,6 +4,7 @@
 use crate::error::{Error, Result};
 use crate::models::CausalLm;
 use crate::sampling::{Sampler, SamplingParams};
+use crate::stop::StopStrings;
 use crate::tokenizer::{TokenStream, Tokenizer};
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
@@ -156,15 +157,13 @@ pub struct GenerateOptions {
 }
 
 impl GenerateOptions {
-    /// Options a reply can be made with: at least one token, stop strings that are not empty
-    /// (the empty string is found everywhere: the reply would end before it began).
+    /// Options a reply can be made with: at least one token, stop strings within bounds
+    /// ([`crate::stop::StopStrings::check`]).
     pub fn validate(&self) -> Result<()> {
         if self.max_tokens == 0 {
             return Err(Error::InvalidSetting("max_tokens must be at least 1".into()));
         }
-        if self.stop.iter().any(String::is_empty) {
-            return Err(Error::InvalidSetting("a stop string is empty".into()));
-        }
+        crate::stop::StopStrings::check(&self.stop)?;
         if self.alternatives > MAX_ALTERNATIVES {
             let n = self.alternatives;
             return Err(Error::InvalidSetting(format!("{n} alternatives per token: at most {MAX_ALTERNATIVES}")));
@@ -349,6 +348,7 @@ pub(crate) struct Reply<'a> {
     tokenizer: &'a Tokenizer,
     sink: &'a mut dyn TokenSink,
     options: &'a GenerateOptions,
+    stops: StopStrings,
     pub context: Vec<u32>,
     pub prompt_len: usize,
     pub tokens: Vec<TokenEvent>,
@@ -369,6 +369,7 @@ impl<'a> Reply<'a> {
             tokenizer,
             sink,
             options,
+            stops: StopStrings::new(options.stop.clone()),
             context: prompt.to_vec(),
             prompt_len: prompt.len(),
             tokens: Vec::new(),
@@ -399,13 +400,14 @@ impl<'a> Reply<'a> {
         }
         self.context.push(id);
         let text = self.stream.push(id)?;
+        let checked = self.text.len();
         self.text.push_str(&text);
         let p = target.get(id as usize).copied();
         let alternatives = self.alternatives(target);
         let event = TokenEvent { id, text, source, p, q, alternatives };
         let flow = self.sink.on_token(&event);
         self.tokens.push(event);
-        if let Some(at) = self.options.stop.iter().filter_map(|s| self.text.find(s.as_str())).min() {
+        if let Some(at) = self.stops.find_new(&self.text, checked) {
             self.text.truncate(at);
             self.finish = Some(FinishReason::StopString);
         } else if flow == Flow::Stop {

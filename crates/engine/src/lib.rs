@@ -27,6 +27,7 @@ pub mod sampling;
 pub mod service;
 pub mod session;
 pub mod speculative;
+pub mod stop;
 pub mod synth;
 pub mod tokenizer;
 
@@ -42,6 +43,7 @@ pub use models::{CausalLm, ModelInfo};
 pub use sampling::{Mode, SamplingParams};
 pub use session::{Decoding, DrafterKind, Session};
 pub use speculative::{check_pair, generate_speculative, DraftModel, Drafter, KSetting, SpeculativeOptions};
+pub use stop::StopStrings;
 pub use tokenizer::Tokenizer;
 
 use std::path::Path;

@@ -98,3 +98,24 @@ fn mutated_model_files_never_panic() {
     assert!(runs > 200, "only {runs} runs");
     assert!(panics.is_empty(), "panics at rng states {panics:x?}");
 }
+
+/// A model path that names a FIFO (swapped in after the name was checked, say) is refused at
+/// once: opening it for reading would wait for a writer for ever. Directories likewise.
+#[cfg(unix)]
+#[test]
+fn a_fifo_or_a_folder_in_a_models_place_is_refused_without_waiting() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("model.gguf");
+    let status = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(status.success());
+    // On another thread, so that a regression fails the test instead of hanging it.
+    let (sent, got) = std::sync::mpsc::channel();
+    let path = fifo.clone();
+    std::thread::spawn(move || sent.send(specula_engine::inspect(&path).map(|_| ()).map_err(|e| e.to_string())));
+    let answer = got.recv_timeout(Duration::from_secs(20)).expect("inspect returned for a FIFO");
+    assert!(answer.unwrap_err().contains("not a regular file"));
+    let folder = dir.path().join("folder.gguf");
+    std::fs::create_dir(&folder).unwrap();
+    let err = gguf::GgufFile::open(&folder).err().expect("a folder is no model").to_string();
+    assert!(err.contains("not a regular file") || err.contains("Is a directory"), "{err}");
+}

@@ -107,6 +107,29 @@ struct Wanted<'a> {
 
 type SpaceProbe = fn(&Path) -> std::io::Result<u64>;
 
+/// Bytes that downloads running in this process have been promised and not yet written.
+static RESERVED: std::sync::Mutex<u64> = std::sync::Mutex::new(0);
+
+/// A download's promise of disk space: it shrinks as bytes are written and ends with the
+/// download, however it ends.
+struct Reservation {
+    left: u64,
+}
+
+impl Reservation {
+    fn written(&mut self, n: u64) {
+        let n = n.min(self.left);
+        self.left -= n;
+        *RESERVED.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) -= n;
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.written(self.left);
+    }
+}
+
 pub struct Hub {
     endpoint: String,
     token: Option<String>,
@@ -261,7 +284,7 @@ impl Hub {
         let dir = blob.parent().expect("a blob lives in blobs/");
         std::fs::create_dir_all(dir).map_err(|source| Error::Io { path: dir.into(), source })?;
         let (mut hasher, mut done) = hash_existing(partial)?;
-        self.check_space(dir, remote.size.saturating_sub(done))?;
+        let mut reserved = self.reserve_space(dir, remote.size.saturating_sub(done))?;
         let mut out = OpenOptions::new()
             .create(true)
             .append(true)
@@ -298,6 +321,7 @@ impl Hub {
                     return Err(Error::Oversized { file: file.into(), size: remote.size });
                 }
                 write_all(&mut out, &buf[..n], partial, dir, remote.size - done, self.available_space)?;
+                reserved.written(n as u64);
                 hasher.update(&buf[..n]);
                 done += n as u64;
                 progress(measure(done, remote.size, done - resumed_from, started));
@@ -319,12 +343,19 @@ impl Hub {
         std::fs::rename(partial, blob).map_err(|source| Error::Io { path: blob.into(), source })
     }
 
-    fn check_space(&self, dir: &Path, needed: u64) -> Result<()> {
-        let available = (self.available_space)(dir).map_err(|source| Error::Io { path: dir.into(), source })?;
+    /// Check that `needed` bytes are free in `dir`, less what downloads already running in
+    /// this process still have to write, and promise them to this one. Free space is measured
+    /// once, before the first byte: without the promise, two downloads started together would
+    /// each count the same free space.
+    fn reserve_space(&self, dir: &Path, needed: u64) -> Result<Reservation> {
+        let mut reserved = RESERVED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let measured = (self.available_space)(dir).map_err(|source| Error::Io { path: dir.into(), source })?;
+        let available = measured.saturating_sub(*reserved);
         if needed > available {
             return Err(Error::DiskFull { dir: dir.into(), needed, available });
         }
-        Ok(())
+        *reserved += needed;
+        Ok(Reservation { left: needed })
     }
 
     /// `snapshots/<commit>/<file>` -> `../../blobs/<etag>`, and `refs/<revision>` = commit,
@@ -465,5 +496,21 @@ mod tests {
     #[test]
     fn sha256_is_lower_hex() {
         assert_eq!(hex(&Sha256::digest(b"abc")), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    }
+
+    #[test]
+    fn parallel_downloads_cannot_promise_the_same_free_space_twice() {
+        let dir = std::env::temp_dir();
+        let hub = Hub::new("http://unused", &dir).with_available_space(|_| Ok(1_000));
+        let mut first = hub.reserve_space(&dir, 600).unwrap();
+        let err = hub.reserve_space(&dir, 600).err().expect("only 400 left for a second download");
+        assert!(err.to_string().contains("400 free"), "{err}");
+        // Written bytes are on the disk, so the probe sees them: the promise shrinks with them.
+        first.written(100);
+        assert_eq!(*RESERVED.lock().unwrap(), 500);
+        drop(first);
+        assert_eq!(*RESERVED.lock().unwrap(), 0);
+        let again = hub.reserve_space(&dir, 600);
+        assert!(again.is_ok());
     }
 }

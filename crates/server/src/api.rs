@@ -229,6 +229,15 @@ impl ApiToolCall {
 }
 
 impl CompletionPrompt {
+    /// How many prompts: each is answered `n` times.
+    pub fn count(&self) -> usize {
+        match self {
+            CompletionPrompt::Text(_) | CompletionPrompt::Tokens(_) => 1,
+            CompletionPrompt::Texts(ts) => ts.len(),
+            CompletionPrompt::TokenLists(lists) => lists.len(),
+        }
+    }
+
     pub fn into_prompts(self) -> Vec<specula_engine::service::Prompt> {
         use specula_engine::service::Prompt;
         match self {

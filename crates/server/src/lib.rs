@@ -41,9 +41,15 @@ pub struct ServerConfig {
 /// The largest request body accepted (a long chat fits many times over).
 pub const MAX_BODY_BYTES: usize = 8 << 20;
 
+/// Request bodies being read and parsed at once. Each may be [`MAX_BODY_BYTES`] and parse
+/// into several times that; the rest wait their turn, holding no more than their socket's
+/// buffers.
+pub const BODIES_PARSED_AT_ONCE: usize = 2;
+
 struct AppState {
     engine: EngineHandle,
     config: ServerConfig,
+    parsing: tokio::sync::Semaphore,
 }
 
 type Shared = Arc<AppState>;
@@ -51,12 +57,15 @@ type Shared = Arc<AppState>;
 /// The router over an engine service.
 pub fn router(engine: EngineHandle, config: ServerConfig) -> Router {
     let ui_dir = config.ui_dir.clone();
-    let state = Arc::new(AppState { engine, config });
-    let api = Router::new()
+    let state = Arc::new(AppState { engine, config, parsing: tokio::sync::Semaphore::new(BODIES_PARSED_AT_ONCE) });
+    // The key is checked before a body is read: a client without it costs no parsing.
+    let keyed = Router::new()
         .route("/v1/models", get(models))
         .route("/v1/models/{*id}", get(model))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), require_key));
+    let api = keyed
         .route("/v1/{*rest}", any(not_found))
         .route("/health", get(health))
         .method_not_allowed_fallback(method_not_allowed)
@@ -67,7 +76,37 @@ pub fn router(engine: EngineHandle, config: ServerConfig) -> Router {
         None => api.fallback(not_found),
     };
     // Every route, the UI's files included: a rebinding page must not even load the UI.
-    app.layer(axum::middleware::from_fn_with_state(state, check_host))
+    app.layer(axum::middleware::from_fn_with_state(state, check_host)).layer(axum::middleware::map_response(no_framing))
+}
+
+/// No page of this server may be shown inside another site's frame (clickjacking: the UI's
+/// buttons under a page that hides them).
+async fn no_framing(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(header::X_FRAME_OPTIONS, header::HeaderValue::from_static("DENY"));
+    headers.insert(header::CONTENT_SECURITY_POLICY, header::HeaderValue::from_static("frame-ancestors 'none'"));
+    response
+}
+
+async fn require_key(State(state): State<Shared>, request: HttpRequest, next: Next) -> Response {
+    match state.config.access.authorize(request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(refused) => refused.into_response(),
+    }
+}
+
+/// A JSON body, read and parsed within the server's budget ([`BODIES_PARSED_AT_ONCE`]).
+struct Body<T>(T);
+
+impl<T: serde::de::DeserializeOwned> axum::extract::FromRequest<Shared> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: HttpRequest, state: &Shared) -> Result<Self, ApiError> {
+        let _turn = state.parsing.acquire().await.map_err(|_| {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "shutting_down", "The server is stopping")
+        })?;
+        parse(Json::<T>::from_request(request, state).await).map(Body)
+    }
 }
 
 async fn check_host(State(state): State<Shared>, request: HttpRequest, next: Next) -> Response {
@@ -168,10 +207,6 @@ impl IntoResponse for ApiError {
     }
 }
 
-fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    state.config.access.authorize(headers)
-}
-
 fn check_model(state: &AppState, model: &str) -> Result<(), ApiError> {
     if model == state.config.model_id {
         return Ok(());
@@ -230,17 +265,11 @@ fn model_card(state: &AppState) -> ModelCard {
     ModelCard { id: state.config.model_id.clone(), object: "model", created: reply::now(), owned_by: "specula" }
 }
 
-async fn models(State(state): State<Shared>, headers: HeaderMap) -> Result<Json<ModelList>, ApiError> {
-    authorize(&state, &headers)?;
+async fn models(State(state): State<Shared>) -> Result<Json<ModelList>, ApiError> {
     Ok(Json(ModelList { object: "list", data: vec![model_card(&state)] }))
 }
 
-async fn model(
-    State(state): State<Shared>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-) -> Result<Json<ModelCard>, ApiError> {
-    authorize(&state, &headers)?;
+async fn model(State(state): State<Shared>, Path(id): Path<String>) -> Result<Json<ModelCard>, ApiError> {
     check_model(&state, &id)?;
     Ok(Json(model_card(&state)))
 }
@@ -255,13 +284,7 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
     ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "invalid_request_error", "method_not_allowed", message)
 }
 
-async fn chat_completions(
-    State(state): State<Shared>,
-    headers: HeaderMap,
-    body: Result<Json<ChatRequest>, JsonRejection>,
-) -> Result<Response, ApiError> {
-    authorize(&state, &headers)?;
-    let request = parse(body)?;
+async fn chat_completions(State(state): State<Shared>, Body(request): Body<ChatRequest>) -> Result<Response, ApiError> {
     check_model(&state, &request.model)?;
     let call = chat_call(&state, request)?;
     reply::answer(state.engine.clone(), call).await
@@ -269,11 +292,8 @@ async fn chat_completions(
 
 async fn completions(
     State(state): State<Shared>,
-    headers: HeaderMap,
-    body: Result<Json<CompletionRequest>, JsonRejection>,
+    Body(request): Body<CompletionRequest>,
 ) -> Result<Response, ApiError> {
-    authorize(&state, &headers)?;
-    let request = parse(body)?;
     check_model(&state, &request.model)?;
     let call = completion_call(&state, request)?;
     reply::answer(state.engine.clone(), call).await
@@ -281,6 +301,14 @@ async fn completions(
 
 /// The most choices one request may ask for (`n`).
 pub const MAX_CHOICES: usize = 8;
+/// The most tools one request may offer, and the largest JSON schema (as JSON text) a reply
+/// may be held to: both are rendered into the prompt or compiled before the first token.
+pub const MAX_TOOLS: usize = 128;
+pub const MAX_SCHEMA_BYTES: usize = 64 << 10;
+
+/// The most choices one request may make in all, prompts times `n`: decided before anything
+/// is queued, since each is a whole reply's work.
+pub const MAX_CHOICES_PER_REQUEST: usize = 16;
 
 fn chat_call(state: &AppState, request: ChatRequest) -> Result<reply::Call, ApiError> {
     if request.messages.is_empty() {
@@ -293,6 +321,18 @@ fn chat_call(state: &AppState, request: ChatRequest) -> Result<reply::Call, ApiE
         .map(|(i, m)| m.into_message(i))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|why| invalid_param("messages", why))?;
+    if request.tools.len() > MAX_TOOLS {
+        return Err(invalid_param("tools", format!("{} tools: at most {MAX_TOOLS}", request.tools.len())));
+    }
+    let schema_bytes = request
+        .response_format
+        .as_ref()
+        .and_then(|f| f.json_schema.as_ref()?.schema.as_ref())
+        .map_or(0, |schema| schema.to_string().len());
+    if schema_bytes > MAX_SCHEMA_BYTES {
+        let why = format!("the JSON schema is {schema_bytes} bytes: at most {MAX_SCHEMA_BYTES}");
+        return Err(invalid_param("response_format", why));
+    }
     let format = match &request.response_format {
         Some(format) => format.grammar().map_err(|why| invalid_param("response_format", why))?,
         None => None,
@@ -333,10 +373,19 @@ fn completion_call(state: &AppState, request: CompletionRequest) -> Result<reply
     if let Some(n) = request.logprobs.filter(|&n| n > MAX_ALTERNATIVES) {
         return Err(invalid_param("logprobs", format!("logprobs is {n}: at most {MAX_ALTERNATIVES}")));
     }
-    let mut prompts = request.prompt.into_prompts();
-    if prompts.is_empty() {
+    let count = request.prompt.count();
+    if count == 0 {
         return Err(invalid_param("prompt", "`prompt` is an empty list"));
     }
+    let n = request.sampling.n.unwrap_or(1);
+    if count.saturating_mul(n) > MAX_CHOICES_PER_REQUEST {
+        let why = format!(
+            "`prompt` lists {count} prompts and n is {n}: {} choices, at most {MAX_CHOICES_PER_REQUEST} per request",
+            count.saturating_mul(n)
+        );
+        return Err(invalid_param("prompt", why));
+    }
+    let mut prompts = request.prompt.into_prompts();
     let first = prompts.remove(0);
     let stream = request.stream;
     let include_usage = request.stream_options.is_some_and(|o| o.include_usage);

@@ -52,19 +52,22 @@ struct Choice {
 }
 
 impl Call {
-    fn choices(&self) -> Vec<Choice> {
-        let prompts = std::iter::once(self.base.request.prompt.clone()).chain(self.prompts.iter().cloned());
-        let mut choices = Vec::new();
-        for prompt in prompts {
-            for i in 0..self.base.n {
-                let seed = self.base.seed.map_or_else(fresh_seed, |s| s.wrapping_add(i as u64));
-                let mut request = self.base.request.clone();
-                request.prompt = prompt.clone();
-                request.options.sampling.seed = seed;
-                choices.push(Choice { index: choices.len(), request, seed, counts_prompt: i == 0 });
-            }
+    /// Each prompt, `n` times.
+    fn choice_count(&self) -> usize {
+        (1 + self.prompts.len()) * self.base.n
+    }
+
+    /// The `index`-th choice, made when its turn comes: each holds a copy of its prompt, so
+    /// they are made one at a time, never all at once.
+    fn choice(&self, index: usize) -> Choice {
+        let (prompt, i) = (index / self.base.n, index % self.base.n);
+        let seed = self.base.seed.map_or_else(fresh_seed, |s| s.wrapping_add(i as u64));
+        let mut request = self.base.request.clone();
+        if prompt > 0 {
+            request.prompt = self.prompts[prompt - 1].clone();
         }
-        choices
+        request.options.sampling.seed = seed;
+        Choice { index, request, seed, counts_prompt: i == 0 }
     }
 
     fn route(&self) -> &'static str {
@@ -122,8 +125,8 @@ fn engine_stopped() -> ApiError {
 pub async fn answer(engine: EngineHandle, call: Call) -> Result<Response, ApiError> {
     let started = Instant::now();
     let id = format!("{}-{}", if call.kind == Kind::Chat { "chatcmpl" } else { "cmpl" }, now_nanos());
-    let mut choices = call.choices().into_iter();
-    let first = choices.next().expect("a call has at least one choice");
+    let first = call.choice(0);
+    let rest = 1..call.choice_count();
     let pending = match start(&engine, first.request.clone()).await {
         Ok(pending) => pending,
         Err(e) => {
@@ -132,10 +135,10 @@ pub async fn answer(engine: EngineHandle, call: Call) -> Result<Response, ApiErr
         }
     };
     if call.stream {
-        return Ok(stream(engine, call, id, first, pending, choices.collect(), started).into_response());
+        return Ok(stream(engine, call, id, first, pending, rest, started).into_response());
     }
     let mut made = vec![(first, finish(pending).await)];
-    for choice in choices {
+    for choice in rest.map(|index| call.choice(index)) {
         let generation = match start(&engine, choice.request.clone()).await {
             Ok(pending) => finish(pending).await,
             Err(e) => Err(e),
@@ -404,7 +407,7 @@ fn stream(
     id: String,
     first: Choice,
     pending: Pending,
-    rest: Vec<Choice>,
+    mut rest: std::ops::Range<usize>,
     started: Instant,
 ) -> Sse<impl futures_util::Stream<Item = Result<SseEvent, std::convert::Infallible>>> {
     let events = async_stream::stream! {
@@ -413,7 +416,6 @@ fn stream(
         let mut first_generation = None;
         let mut outcome = "ok".to_string();
         let mut next = Some((first, Ok(pending)));
-        let mut rest = rest.into_iter();
         'choices: while let Some((choice, pending)) = next.take() {
             let mut streamed = StreamedChoice::new(&call, &choice);
             let ticket = match pending {
@@ -477,7 +479,7 @@ fn stream(
                     Event::Started { .. } | Event::Prefill { .. } => {}
                 }
             }
-            next = match rest.next() {
+            next = match rest.next().map(|index| call.choice(index)) {
                 Some(choice) => {
                     let pending = start(&engine, choice.request.clone()).await;
                     Some((choice, pending))

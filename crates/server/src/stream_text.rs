@@ -3,10 +3,12 @@
 //! reply's text, byte for byte. The engine ends a reply at a stop string and cuts it there;
 //! without holding back, the stream would already have sent the stop string's first pieces.
 
+use specula_engine::StopStrings;
+
 pub struct Holdback {
     /// Texts that end what may be streamed where they begin: the stop strings and, when tools
-    /// are offered, the tool-call marker.
-    markers: Vec<String>,
+    /// are offered, the tool-call marker. The engine's matcher, so both cut at the same place.
+    markers: StopStrings,
     /// Hold a reply that begins with `{` or a code fence: it may be a tool call written as bare
     /// (or fenced) JSON.
     hold_json: bool,
@@ -16,7 +18,7 @@ pub struct Holdback {
 
 impl Holdback {
     pub fn new(markers: Vec<String>, hold_json: bool) -> Self {
-        Self { markers, hold_json, text: String::new(), sent: 0 }
+        Self { markers: StopStrings::new(markers), hold_json, text: String::new(), sent: 0 }
     }
 
     /// Add a token's text; what may be sent now (often empty).
@@ -38,28 +40,19 @@ impl Holdback {
         rest
     }
 
-    /// The length of the text that no marker can claim.
+    /// The length of the text that no marker can claim. Only what is not yet sent is searched:
+    /// no marker begins in what was (it would have been held), so each token costs its own
+    /// length and the markers', not the reply's.
     fn safe_len(&self) -> usize {
         let text = self.text.as_str();
-        let start = text.trim_start();
-        if self.hold_json && (start.starts_with('{') || "```".starts_with(start) || start.starts_with("```")) {
-            return 0;
+        if self.hold_json && self.sent == 0 {
+            let start = text.trim_start();
+            if start.starts_with('{') || "```".starts_with(start) || start.starts_with("```") {
+                return 0;
+            }
         }
-        self.markers.iter().map(|m| claimed_from(text, m)).min().unwrap_or(text.len())
+        self.markers.claimed_from(text, self.sent)
     }
-}
-
-/// Where `marker` claims `text` from: where it occurs whole, else where a suffix of `text` that
-/// begins it starts, else the end.
-fn claimed_from(text: &str, marker: &str) -> usize {
-    if let Some(at) = text.find(marker) {
-        return at;
-    }
-    (1..marker.len())
-        .rev()
-        .filter(|&n| marker.is_char_boundary(n))
-        .find(|&n| text.ends_with(&marker[..n]))
-        .map_or(text.len(), |n| text.len() - n)
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! The server against hostile clients, in-process on a tiny synthetic model: a foreign Host
 //! (DNS rebinding) refused, the key required and compared exactly, a slowloris and an idle
-//! keep-alive closed by the header timeout, 413 for a huge body, nonsense limits refused, and
-//! chat markers typed by a user kept as text.
+//! keep-alive closed by the header timeout, 413 for a huge body, nonsense limits refused,
+//! chat markers typed by a user kept as text, the key checked before a body is read, and each
+//! request's work bounded (prompts x n, stop strings, tools, schemas) before anything is queued.
 
 use specula_engine::service::ServiceConfig;
 use specula_engine::{synth, Message, Session};
@@ -157,4 +158,104 @@ fn chat_markers_in_a_message_stay_text() {
     let specials = ids.iter().filter(|&&id| model.tokenizer.is_special(id)).count();
     // <|im_start|>user ... <|im_end|> <|im_start|>assistant: the template's, none from the message.
     assert_eq!(specials, 3, "{ids:?}");
+}
+
+fn resident_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
+    kb / 1024.0
+}
+
+fn json_error(body: &str) -> serde_json::Value {
+    serde_json::from_str::<serde_json::Value>(body).unwrap_or_default()["error"].clone()
+}
+
+#[test]
+fn a_list_of_prompts_past_the_cap_is_refused_before_anything_is_queued() {
+    let server = start(None);
+    let json = [("Content-Type", "application/json")];
+    // The issue's reproduction: 200,000 one-letter prompts, 8 choices each (1.6 million).
+    let prompts = vec!["a"; 200_000];
+    let body = serde_json::json!({"model": "tiny", "prompt": prompts, "n": 8, "max_tokens": 1}).to_string();
+    let before = resident_mb();
+    let (status, answer) = request(&server, "POST", "/v1/completions", &json, &body);
+    let grew = resident_mb() - before;
+    assert_eq!(status, 400, "{}", &answer[..answer.len().min(300)]);
+    let error = json_error(&answer);
+    assert_eq!(error["param"], "prompt");
+    assert!(error["message"].as_str().unwrap().contains("1600000 choices, at most 16"), "{error}");
+    assert!(grew < 50.0, "resident memory grew {grew:.0} MB");
+    // At the cap, every choice is made, one after another.
+    let body = serde_json::json!({"model": "tiny", "prompt": vec!["a"; 8], "n": 2, "max_tokens": 1}).to_string();
+    let (status, answer) = request(&server, "POST", "/v1/completions", &json, &body);
+    assert_eq!(status, 200, "{answer}");
+    let choices = serde_json::from_str::<serde_json::Value>(&answer).unwrap()["choices"].as_array().unwrap().len();
+    assert_eq!(choices, 16);
+}
+
+#[test]
+fn the_key_is_checked_before_the_body_is_read() {
+    let server = start(Some(KEY));
+    // Announce 8 MB and send none of it: a server that read the body before the key would
+    // wait for it (and time out); this one answers at once.
+    let mut stream = TcpStream::connect(server.addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let head = "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 8000000\r\n\r\n";
+    stream.write_all(head.as_bytes()).unwrap();
+    let mut buf = [0u8; 4096];
+    let n = stream.read(&mut buf).unwrap_or(0);
+    let answer = String::from_utf8_lossy(&buf[..n]);
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    assert!(answer.contains("invalid_api_key"), "{answer}");
+}
+
+#[test]
+fn stop_strings_tools_and_schemas_past_their_caps_are_refused_by_name() {
+    let server = start(None);
+    let json = [("Content-Type", "application/json")];
+    let ask = |extra: String| {
+        let (status, body) = request(&server, "POST", "/v1/chat/completions", &json, &chat("hi", &extra));
+        (status, json_error(&body))
+    };
+    let stops: Vec<String> = (0..17).map(|i| format!("s{i}")).collect();
+    let (status, error) = ask(format!(r#","stop":{}"#, serde_json::to_string(&stops).unwrap()));
+    assert_eq!(status, 400);
+    assert!(error["message"].as_str().unwrap().contains("17 stop strings: at most 16"), "{error}");
+    let (status, error) = ask(format!(r#","stop":["{}"]"#, "x".repeat(300)));
+    assert_eq!(status, 400);
+    assert!(error["message"].as_str().unwrap().contains("300 bytes: at most 256"), "{error}");
+    assert_eq!(ask(format!(r#","stop":{}"#, serde_json::to_string(&stops[..16]).unwrap())).0, 200);
+
+    let tool = serde_json::json!({"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}});
+    let (status, error) = ask(format!(r#","tools":{}"#, serde_json::to_string(&vec![tool; 129]).unwrap()));
+    assert_eq!(status, 400);
+    assert_eq!(error["param"], "tools");
+
+    let properties: serde_json::Map<String, serde_json::Value> =
+        (0..3000).map(|i| (format!("field_{i}"), serde_json::json!({"type": "string"}))).collect();
+    let schema = serde_json::json!({"type": "object", "properties": properties});
+    let format = serde_json::json!({"type": "json_schema", "json_schema": {"name": "big", "schema": schema}});
+    let (status, error) = ask(format!(r#","response_format":{format}"#));
+    assert_eq!(status, 400);
+    assert_eq!(error["param"], "response_format");
+    assert!(error["message"].as_str().unwrap().contains("at most 65536"), "{error}");
+}
+
+#[test]
+fn no_page_may_be_framed_by_another_site() {
+    let server = start(None);
+    for path in ["/health", "/", "/index.html"] {
+        let mut stream = TcpStream::connect(server.addr).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
+        let mut response = String::new();
+        let _ = stream.read_to_string(&mut response);
+        let head = response.split("\r\n\r\n").next().unwrap().to_ascii_lowercase();
+        assert!(head.contains("x-frame-options: deny"), "{path}: {head}");
+        assert!(head.contains("content-security-policy: frame-ancestors 'none'"), "{path}: {head}");
+    }
 }

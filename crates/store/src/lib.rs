@@ -1,13 +1,13 @@
 //! specula-store: chat history in one SQLite file.
 //!
-//! A reply is stored while it streams: its row is created before the first token, and each
-//! decoding step appends its tokens (with provenance, p and q) in one transaction, so a crash
-//! mid-reply loses at most the step in flight. WAL journaling keeps those small writes cheap.
+//! A reply is stored while it streams: its row is created before the first token, and the app
+//! appends its tokens (with provenance, p and q) in one transaction every tenth of a second,
+//! so a crash mid-reply loses at most that. WAL journaling keeps those small writes cheap.
 
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use specula_engine::{GenerationStats, Source, TokenEvent};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 #[derive(Debug, thiserror::Error)]
@@ -103,6 +103,52 @@ pub struct Store {
     conn: Connection,
 }
 
+/// A history file that could not be opened, and where it was moved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SetAside {
+    pub moved_to: PathBuf,
+    /// Why it could not be opened.
+    pub reason: String,
+}
+
+/// Why `path` is not a SQLite database, judged by its first bytes; `None` when it may be one
+/// (it has SQLite's header, is empty, or is not there).
+fn foreign_header(path: &Path) -> Option<String> {
+    use std::io::Read;
+    const MAGIC: &[u8; 16] = b"SQLite format 3\0";
+    let mut head = Vec::with_capacity(16);
+    std::fs::File::open(path).ok()?.take(16).read_to_end(&mut head).ok()?;
+    match head.is_empty() || head == MAGIC {
+        true => None,
+        false => Some("the file is not a database: it lacks SQLite's header".into()),
+    }
+}
+
+/// Rename `path` (and its `-wal` and `-shm`, which belong to it) beside itself, under a name
+/// no earlier move used. Returns the new path of the main file.
+fn set_aside(path: &Path) -> Result<PathBuf> {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "history".into());
+    let stamp = now_ms() / 1000;
+    let mut target = path.with_file_name(format!("{name}.unreadable-{stamp}"));
+    let mut n = 1;
+    while target.exists() {
+        target = path.with_file_name(format!("{name}.unreadable-{stamp}-{n}"));
+        n += 1;
+    }
+    let moved = |from: &Path, to: &Path| {
+        std::fs::rename(from, to)
+            .map_err(|e| StoreError::Invalid(format!("{}: cannot be opened, nor moved aside: {e}", from.display())))
+    };
+    moved(path, &target)?;
+    for journal in ["-wal", "-shm"] {
+        let from = PathBuf::from(format!("{}{journal}", path.display()));
+        if from.exists() {
+            moved(&from, &PathBuf::from(format!("{}{journal}", target.display())))?;
+        }
+    }
+    Ok(target)
+}
+
 fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
@@ -126,6 +172,28 @@ impl Store {
                 .map_err(|e| StoreError::Invalid(format!("{}: cannot create the folder: {e}", dir.display())))?;
         }
         Self::init(Connection::open(path)?)
+    }
+
+    /// Open the history at `path`, whatever is there. A file that cannot be opened as one
+    /// (corrupt, not a database, unreadable) is moved aside with its journal files, kept and
+    /// never deleted, and a fresh history starts in its place: an app that cannot open its
+    /// history must still start, and the user's data must still be there to recover.
+    pub fn open_or_set_aside(path: &Path) -> Result<(Self, Option<SetAside>)> {
+        // A file that is not SQLite's is moved before SQLite opens it: a failed open can
+        // already have touched its journals.
+        if let Some(reason) = foreign_header(path) {
+            let moved_to = set_aside(path)?;
+            return Ok((Self::open(path)?, Some(SetAside { moved_to, reason })));
+        }
+        let failure = match Self::open(path) {
+            Ok(store) => return Ok((store, None)),
+            // Nothing to move: the folder itself is the problem, and a fresh file would fail too.
+            Err(e) if !path.exists() => return Err(e),
+            Err(e) => e,
+        };
+        let moved_to = set_aside(path)?;
+        let store = Self::open(path)?;
+        Ok((store, Some(SetAside { moved_to, reason: failure.to_string() })))
     }
 
     pub fn open_in_memory() -> Result<Self> {
@@ -344,6 +412,16 @@ impl Store {
         Ok(value.map(|v| serde_json::from_str(&v)).transpose()?)
     }
 
+    pub fn delete_setting(&self, key: &str) -> Result<()> {
+        self.conn.execute("DELETE FROM settings WHERE key = ?1", [key])?;
+        Ok(())
+    }
+
+    /// A setting's stored text, whether or not it reads as any type.
+    pub fn setting_text(&self, key: &str) -> Result<Option<String>> {
+        Ok(self.conn.query_row("SELECT value FROM settings WHERE key = ?1", [key], |r| r.get(0)).optional()?)
+    }
+
     pub fn set_setting<T: Serialize>(&self, key: &str, value: &T) -> Result<()> {
         self.conn.execute(
             "INSERT INTO settings (key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
@@ -472,5 +550,50 @@ mod tests {
         assert_eq!(title_from(""), "New chat");
         let long = "é".repeat(60);
         assert_eq!(title_from(&long).chars().count(), 48);
+    }
+
+    #[test]
+    fn a_history_that_cannot_be_opened_is_moved_aside_whole_and_a_fresh_one_starts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("specula.db");
+        let garbage = b"not a database, but someone's data all the same\n".repeat(200);
+        std::fs::write(&path, &garbage).unwrap();
+        std::fs::write(dir.path().join("specula.db-wal"), b"a journal of the old file").unwrap();
+
+        let (store, aside) = Store::open_or_set_aside(&path).unwrap();
+        let aside = aside.expect("moved aside");
+        assert!(aside.reason.contains("not a database"), "{}", aside.reason);
+        assert_eq!(std::fs::read(&aside.moved_to).unwrap(), garbage, "kept byte for byte");
+        let wal = PathBuf::from(format!("{}-wal", aside.moved_to.display()));
+        assert_eq!(std::fs::read(wal).unwrap(), b"a journal of the old file");
+        // The fresh history works and is where the old one was.
+        let c = store.create_conversation().unwrap();
+        drop(store);
+        let (again, none) = Store::open_or_set_aside(&path).unwrap();
+        assert_eq!(none, None, "a good history is opened, not moved");
+        assert_eq!(again.conversations("").unwrap()[0].id, c.id);
+
+        // A second bad file on the same second gets a name of its own. This one passes for
+        // SQLite's by its header and fails on opening.
+        drop(again);
+        std::fs::remove_file(PathBuf::from(format!("{}-wal", path.display()))).ok();
+        std::fs::remove_file(PathBuf::from(format!("{}-shm", path.display()))).ok();
+        let mut fake = b"SQLite format 3\0".to_vec();
+        fake.extend_from_slice(&[0xff; 200]);
+        std::fs::write(&path, &fake).unwrap();
+        let (_, second) = Store::open_or_set_aside(&path).unwrap();
+        let second = second.unwrap().moved_to;
+        assert_ne!(second, aside.moved_to);
+        assert_eq!(std::fs::read(&second).unwrap(), fake);
+        assert_eq!(std::fs::read(&aside.moved_to).unwrap(), garbage, "the first one untouched");
+    }
+
+    #[test]
+    fn a_setting_that_does_not_read_as_its_type_is_still_there_as_text() {
+        let store = Store::open_in_memory().unwrap();
+        store.conn.execute("INSERT INTO settings (key, value) VALUES ('s', '{not json')", []).unwrap();
+        assert!(store.setting::<serde_json::Value>("s").is_err());
+        assert_eq!(store.setting_text("s").unwrap().as_deref(), Some("{not json"));
+        assert_eq!(store.setting_text("absent").unwrap(), None);
     }
 }

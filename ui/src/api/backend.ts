@@ -2,6 +2,7 @@
 // desktop app and HTTP against `specula serve` in a plain browser.
 
 import type {
+  BackendError,
   ChatMessage,
   Conversation,
   ConversationSummary,
@@ -22,6 +23,8 @@ export interface Backend {
   readonly library?: Library;
 
   status(): Promise<EngineStatus>;
+  /** What went wrong at start-up and was worked around (a history moved aside), to show once. */
+  startupNotices?(): Promise<BackendError[]>;
   /** GGUF files on offer, with whether each can draft for `target` (default: the saved one). */
   models(target?: string): Promise<ModelEntry[]>;
   /** Apply model settings: load the target if it changed, then the draft. */

@@ -31,7 +31,10 @@ const token = (text: string, source: string) => ({ id: 1, text, source, p: 0.5, 
 const stats = { prompt_tokens: 5, cached_prompt_tokens: 0, generated_tokens: 2, prefill_ms: 1, decode_ms: 2, tokens_per_second: 9 };
 
 describe('HTTP transport', () => {
-  beforeEach(() => localStorage.clear());
+  beforeEach(() => {
+    localStorage.clear();
+    sessionStorage.clear();
+  });
 
   it('rewrites the stored history a few times a reply, not at every step', async () => {
     const step = { k: 3, accepted: 2, generated: 1, tokens_per_second: 8, speedup_vs_plain: null, acceptance_rate: 0.5 };
@@ -43,7 +46,7 @@ describe('HTTP transport', () => {
     let writes = 0;
     const counting = new Proxy(localStorage, {
       get(target, name) {
-        if (name === 'setItem') return (k: string, v: string) => (writes++, target.setItem(k, v));
+        if (name === 'setItem') return (k: string, v: string) => (k.startsWith('specula.conversation.') && writes++, target.setItem(k, v));
         const value = Reflect.get(target, name);
         return typeof value === 'function' ? value.bind(target) : value;
       },
@@ -157,5 +160,63 @@ describe('SSE framing', () => {
     expect(requests.slice(1).map((r) => r.headers.get('authorization'))).toEqual(['Bearer s3cret']);
     await backend.status();
     expect(requests.at(-1)?.headers.get('authorization')).toBe('Bearer s3cret');
+  });
+});
+
+describe('what the browser keeps', () => {
+  beforeEach(() => {
+    localStorage.clear();
+    sessionStorage.clear();
+  });
+
+  it('keeps the API key for the session only, and moves an old one out of localStorage', () => {
+    localStorage.setItem('specula.apiKey', 'old-key');
+    const backend = new HttpBackend('http://x', localStorage, fakeFetch('').fetcher, sessionStorage);
+    expect(localStorage.getItem('specula.apiKey')).toBeNull();
+    expect(backend.apiKey()).toBe('old-key');
+    backend.setApiKey('new-key');
+    expect(sessionStorage.getItem('specula.apiKey')).toBe('new-key');
+    expect(Object.keys(localStorage).filter((k) => k.includes('apiKey'))).toEqual([]);
+  });
+
+  it('keeps each conversation under a key of its own, and splits an old single-key history', async () => {
+    const old = [
+      { id: 1, title: 'First', system_prompt: '', messages: [{ id: 1, role: 'user', content: 'one' }], updated_at: 1 },
+      { id: 2, title: 'Second', system_prompt: '', messages: [], updated_at: 2 },
+    ];
+    localStorage.setItem('specula.conversations', JSON.stringify(old));
+    const backend = new HttpBackend('http://x', localStorage, fakeFetch('').fetcher);
+    expect((await backend.conversations()).map((c) => c.title)).toEqual(['Second', 'First']);
+    expect(localStorage.getItem('specula.conversations')).toBeNull();
+    expect(JSON.parse(localStorage.getItem('specula.conversation.1')!).messages[0].content).toBe('one');
+    // A new page reads them back.
+    const again = new HttpBackend('http://x', localStorage, fakeFetch('').fetcher);
+    expect((await again.conversation(1)).messages[0].content).toBe('one');
+  });
+
+  it('a reply the browser refuses to store stays on screen, and the refusal is told', async () => {
+    const body = sse([
+      { choices: [{ delta: { content: 'kept' }, finish_reason: null }], specula: { tokens: [token('kept', 'accepted')] } },
+      { choices: [{ delta: {}, finish_reason: 'stop' }], specula: { stats } },
+    ]);
+    let full = false;
+    const quota = new Proxy(localStorage, {
+      get(target, name) {
+        if (name === 'setItem')
+          return (k: string, v: string) => {
+            if (full) throw new DOMException('The quota has been exceeded.', 'QuotaExceededError');
+            target.setItem(k, v);
+          };
+        const value = Reflect.get(target, name);
+        return typeof value === 'function' ? value.bind(target) : value;
+      },
+    });
+    const backend = new HttpBackend('http://x', quota, fakeFetch(body).fetcher);
+    const conversation = await backend.createConversation();
+    await backend.addMessage(conversation.id, 'user', 'Go');
+    full = true;
+    const handle = await backend.reply(conversation.id, { ...DEFAULT_SETTINGS, target: 'target-model' }, () => {});
+    await expect(handle.done).rejects.toMatchObject({ code: 'storage_full' });
+    expect((await backend.conversation(conversation.id)).messages.at(-1)?.content).toBe('kept');
   });
 });

@@ -44,22 +44,32 @@ export class HttpBackend implements Backend {
   readonly canChooseTarget = false;
   private readonly store: LocalConversations;
 
+  /** `storage` keeps the history and settings; `keyStorage` the API key, for this browser
+   *  session only (sessionStorage): a key left in localStorage outlives the session and is
+   *  readable by any script the page ever runs. */
   constructor(
     private readonly base: string,
     private readonly storage: Storage,
     private readonly fetcher: typeof fetch = (...args) => fetch(...args),
+    private readonly keyStorage: Storage = globalThis.sessionStorage ?? storage,
   ) {
     this.store = new LocalConversations(storage);
+    // Where earlier versions kept the key: it moves to the session's storage.
+    const old = storage === keyStorage ? null : storage.getItem(API_KEY);
+    if (old !== null) {
+      storage.removeItem(API_KEY);
+      if (!keyStorage.getItem(API_KEY)) keyStorage.setItem(API_KEY, old);
+    }
   }
 
-  /** The server's API key, as the user entered it (kept in this browser only). */
+  /** The server's API key, as the user entered it (kept for this browser session only). */
   apiKey(): string {
-    return this.storage.getItem(API_KEY) ?? '';
+    return this.keyStorage.getItem(API_KEY) ?? '';
   }
 
   setApiKey(key: string): void {
-    if (key) this.storage.setItem(API_KEY, key);
-    else this.storage.removeItem(API_KEY);
+    if (key) this.keyStorage.setItem(API_KEY, key);
+    else this.keyStorage.removeItem(API_KEY);
   }
 
   private headers(extra: Record<string, string> = {}): Record<string, string> {
@@ -219,6 +229,10 @@ export class HttpBackend implements Backend {
           emit({ kind: 'error', error: toBackendError(e) });
         }
       }
+      // A write the browser refused (its quota) lost nothing shown: memory keeps the reply,
+      // and the refusal is told now that the reply has ended.
+      const refused = this.store.takeFailure();
+      if (refused) throw refused;
       return reply;
     })();
     return { cancel: async () => abort.abort(), done };

@@ -5,6 +5,7 @@ import { Channel, invoke } from '@tauri-apps/api/core';
 import type { Backend } from './backend';
 import { applyEvent } from './events';
 import type {
+  BackendError,
   ChatMessage,
   Conversation,
   ConversationSummary,
@@ -78,6 +79,9 @@ export class TauriBackend implements Backend {
 
   status(): Promise<EngineStatus> {
     return call('engine_status');
+  }
+  startupNotices(): Promise<BackendError[]> {
+    return call('startup_notices');
   }
   models(target?: string): Promise<ModelEntry[]> {
     return call('list_models', { target: target ?? null });

@@ -27,4 +27,11 @@ describe('markdown of model output', () => {
     }
     expect(html('[x](javascript:alert(1))')).not.toContain('href="javascript');
   });
+
+  it('drops image maps, whose areas are links too', () => {
+    const out = html('<map name="m"><area shape="rect" coords="0,0,500,500" href="https://evil.example"></map><img src="x.png" usemap="#m">');
+    expect(out).not.toContain('<area');
+    expect(out).not.toContain('<map');
+    expect(out).not.toContain('evil.example');
+  });
 });

@@ -18,10 +18,11 @@ const marked = new Marked({
   },
 });
 
-/** What model output may contain: text formatting and links, never forms, frames, scripts or
- * styles; links only to the web or mail, and marked to open outside the app. */
+/** What model output may contain: text formatting and links, never forms, frames, scripts,
+ * styles or image maps (an `<area href>` is a link the app's link handler would not see);
+ * links only to the web or mail, and marked to open outside the app. */
 const PURIFY = {
-  FORBID_TAGS: ['form', 'input', 'button', 'textarea', 'select', 'option', 'iframe', 'frame', 'object', 'embed', 'style', 'link', 'meta', 'base', 'svg', 'math'],
+  FORBID_TAGS: ['form', 'input', 'button', 'textarea', 'select', 'option', 'iframe', 'frame', 'object', 'embed', 'style', 'link', 'meta', 'base', 'svg', 'math', 'map', 'area'],
   FORBID_ATTR: ['style', 'formaction', 'action', 'srcset', 'ping'],
   ALLOWED_URI_REGEXP: /^(?:https?:|mailto:|#)/i,
 };

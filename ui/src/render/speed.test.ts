@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { GenerationStats, SpeculativeStats } from '../api/types';
-import { liveFigures, sparkline, summarize, whyNotFaster } from './speed';
+import { liveFigures, sparkline, summarize, thin, whyNotFaster } from './speed';
 
 const spec = (over: Partial<SpeculativeStats>): SpeculativeStats => ({
   drafter: 'model',
@@ -74,5 +74,18 @@ describe('speed summary', () => {
     const svg = sparkline([0.5, 1, 2]);
     expect(svg).toContain('<polyline points="0.0,');
     expect(svg).toContain('class="one"');
+  });
+});
+
+describe('thin', () => {
+  it('keeps short lines whole and long ones to a point per column, ends included', () => {
+    expect(thin([1, 2, 3], 160)).toEqual([1, 2, 3]);
+    const long = Array.from({ length: 10_000 }, (_, i) => i);
+    const kept = thin(long, 160);
+    expect(kept).toHaveLength(160);
+    expect(kept[0]).toBe(0);
+    expect(kept[159]).toBe(9_999);
+    const points = sparkline(long).match(/points="([^"]*)"/)![1].split(' ');
+    expect(points).toHaveLength(160);
   });
 });

@@ -69,7 +69,9 @@ export function whyNotFaster(stats: GenerationStats): string {
 }
 
 /** A small SVG line of speedup along the reply, with the 1x line for reference. */
-export function sparkline(values: number[], width = 160, height = 36): string {
+export function sparkline(all: number[], width = 160, height = 36): string {
+  // A point per pixel column at most: a long reply's line costs no more to draw than a short one's.
+  const values = thin(all, width);
   if (values.length === 0) return `<svg class="spark" width="${width}" height="${height}" aria-hidden="true"></svg>`;
   const top = Math.max(2, ...values);
   const y = (v: number) => (height - 2 - (v / top) * (height - 4)).toFixed(1);
@@ -80,4 +82,10 @@ export function sparkline(values: number[], width = 160, height = 36): string {
     `<line class="one" x1="0" x2="${width}" y1="${y(1)}" y2="${y(1)}"/>` +
     `<polyline points="${points}"/></svg>`
   );
+}
+
+/** At most `n` of `values`, evenly spaced, keeping the first and the last. */
+export function thin(values: number[], n: number): number[] {
+  if (values.length <= n) return values;
+  return Array.from({ length: n }, (_, i) => values[Math.round((i * (values.length - 1)) / (n - 1))]);
 }

@@ -30,7 +30,7 @@ impl GgufFile {
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
         let io_err = |source| Error::Io { path: path.clone(), source };
-        let file = File::open(&path).map_err(io_err)?;
+        let file = open_regular(&path)?;
         let file_len = file.metadata().map_err(io_err)?.len();
         let mut reader = BufReader::new(file);
         check_magic(&path, &mut reader, file_len)?;
@@ -178,4 +178,24 @@ fn check_magic(path: &Path, reader: &mut BufReader<File>, file_len: u64) -> Resu
     }
     use std::io::Seek;
     reader.rewind().map_err(|source| Error::Io { path: path.to_path_buf(), source })
+}
+
+/// Open `path` for reading and check the open file, not the name: a name checked and then
+/// opened can be swapped in between (a FIFO put in its place would hang the reader). Opened
+/// without blocking, since opening a FIFO waits for a writer; reads of a regular file are
+/// unaffected by the flag.
+fn open_regular(path: &Path) -> Result<File> {
+    let io_err = |source| Error::Io { path: path.to_path_buf(), source };
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options.open(path).map_err(io_err)?;
+    if !file.metadata().map_err(io_err)?.is_file() {
+        return Err(Error::NotGguf { path: path.to_path_buf(), reason: "not a regular file".into() });
+    }
+    Ok(file)
 }
