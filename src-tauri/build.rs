@@ -3,6 +3,7 @@
 fn main() {
     let commands = &[
         "engine_status",
+        "startup_notices",
         "list_models",
         "add_model",
         "apply_models",

@@ -64,13 +64,106 @@ pub struct StreamOptions {
 }
 
 /// A legacy completion prompt: one text, several, or token ids.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
+#[derive(Debug)]
 pub enum CompletionPrompt {
     Text(String),
     Texts(Vec<String>),
     Tokens(Vec<u32>),
     TokenLists(Vec<Vec<u32>>),
+}
+
+/// Read as it streams in, with no intermediate copy (serde's `untagged` buffers the whole value
+/// to try each shape), and no further than a request may go: a list of prompts stops being read
+/// past [`crate::MAX_CHOICES_PER_REQUEST`] of them.
+impl<'de> Deserialize<'de> for CompletionPrompt {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(PromptVisitor)
+    }
+}
+
+struct PromptVisitor;
+
+impl<'de> serde::de::Visitor<'de> for PromptVisitor {
+    type Value = CompletionPrompt;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a string, a list of strings, a list of token ids, or a list of lists of token ids")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Self::Value, E> {
+        Ok(CompletionPrompt::Text(text.to_owned()))
+    }
+
+    fn visit_string<E: serde::de::Error>(self, text: String) -> Result<Self::Value, E> {
+        Ok(CompletionPrompt::Text(text))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        // The first element says which list this is.
+        let Some(first) = seq.next_element::<PromptItem>()? else { return Ok(CompletionPrompt::Texts(Vec::new())) };
+        Ok(match first {
+            PromptItem::Text(text) => CompletionPrompt::Texts(capped(text, &mut seq)?),
+            PromptItem::Ids(ids) => CompletionPrompt::TokenLists(capped(ids, &mut seq)?),
+            PromptItem::Id(id) => {
+                let mut ids = vec![id];
+                while let Some(id) = seq.next_element::<u32>()? {
+                    ids.push(id);
+                }
+                CompletionPrompt::Tokens(ids)
+            }
+        })
+    }
+}
+
+/// The rest of a list of prompts after its `first`, refused past the request's cap.
+fn capped<'de, T: Deserialize<'de>, A: serde::de::SeqAccess<'de>>(first: T, seq: &mut A) -> Result<Vec<T>, A::Error> {
+    let cap = crate::MAX_CHOICES_PER_REQUEST;
+    let mut items = vec![first];
+    while let Some(item) = seq.next_element::<T>()? {
+        if items.len() == cap {
+            let why = format!("`prompt` lists more than {cap} prompts: a request makes at most {cap} choices");
+            return Err(serde::de::Error::custom(why));
+        }
+        items.push(item);
+    }
+    Ok(items)
+}
+
+/// One element of a prompt list, whose kind decides the list's.
+enum PromptItem {
+    Text(String),
+    Id(u32),
+    Ids(Vec<u32>),
+}
+
+impl<'de> Deserialize<'de> for PromptItem {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ItemVisitor;
+        impl<'de> serde::de::Visitor<'de> for ItemVisitor {
+            type Value = PromptItem;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string, a token id, or a list of token ids")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<PromptItem, E> {
+                Ok(PromptItem::Text(text.to_owned()))
+            }
+
+            fn visit_u64<E: serde::de::Error>(self, id: u64) -> Result<PromptItem, E> {
+                u32::try_from(id).map(PromptItem::Id).map_err(|_| E::custom(format!("token id {id} is out of range")))
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<PromptItem, A::Error> {
+                let mut ids = Vec::new();
+                while let Some(id) = seq.next_element::<u32>()? {
+                    ids.push(id);
+                }
+                Ok(PromptItem::Ids(ids))
+            }
+        }
+        deserializer.deserialize_any(ItemVisitor)
+    }
 }
 
 /// One message as the API takes it.

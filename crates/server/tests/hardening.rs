@@ -186,9 +186,26 @@ fn a_list_of_prompts_past_the_cap_is_refused_before_anything_is_queued() {
     let grew = resident_mb() - before;
     assert_eq!(status, 400, "{}", &answer[..answer.len().min(300)]);
     let error = json_error(&answer);
-    assert_eq!(error["param"], "prompt");
-    assert!(error["message"].as_str().unwrap().contains("1600000 choices, at most 16"), "{error}");
+    assert!(error["message"].as_str().unwrap().contains("more than 16 prompts"), "{error}");
     assert!(grew < 50.0, "resident memory grew {grew:.0} MB");
+    // Within the list's cap, prompts x n past the request's.
+    let body = serde_json::json!({"model": "tiny", "prompt": vec!["a"; 8], "n": 4, "max_tokens": 1}).to_string();
+    let (status, answer) = request(&server, "POST", "/v1/completions", &json, &body);
+    assert_eq!(status, 400, "{answer}");
+    let error = json_error(&answer);
+    assert_eq!(error["param"], "prompt");
+    assert!(error["message"].as_str().unwrap().contains("32 choices, at most 16"), "{error}");
+    // Every shape of prompt still reads.
+    for prompt in [
+        serde_json::json!("a"),
+        serde_json::json!([1, 2, 3]),
+        serde_json::json!([[1, 2], [3]]),
+        serde_json::json!(["a", "b"]),
+    ] {
+        let body = serde_json::json!({"model": "tiny", "prompt": prompt, "max_tokens": 1}).to_string();
+        let (status, answer) = request(&server, "POST", "/v1/completions", &json, &body);
+        assert_eq!(status, 200, "{prompt}: {answer}");
+    }
     // At the cap, every choice is made, one after another.
     let body = serde_json::json!({"model": "tiny", "prompt": vec!["a"; 8], "n": 2, "max_tokens": 1}).to_string();
     let (status, answer) = request(&server, "POST", "/v1/completions", &json, &body);
