@@ -506,6 +506,9 @@ pub fn generate_plain(
     sink: &mut dyn TokenSink,
 ) -> Result<Generation> {
     options.validate()?;
+    // The grammar is compiled against the vocabulary before the reply is said to start: a
+    // schema the model's tokens cannot spell is the request's error, not a broken stream.
+    let mut sampler = Sampler::for_reply(options, tokenizer)?;
     if !start(target, prompt, sink)? {
         return Ok(Generation::cancelled(prompt.len()));
     }
@@ -514,7 +517,6 @@ pub fn generate_plain(
         return Ok(Generation::cancelled(prompt.len()));
     };
     let prefill = started.elapsed();
-    let mut sampler = Sampler::for_reply(options, tokenizer)?;
     let mut reply = Reply::new(tokenizer, prompt, options, sink);
     while !reply.is_done() {
         if reply.context.len() >= target.capacity() {

@@ -284,9 +284,29 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
     ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "invalid_request_error", "method_not_allowed", message)
 }
 
+/// How long reading a chat request may take: it compiles the request's JSON schema, if any.
+const READING_LIMIT: Duration = Duration::from_secs(5);
+
 async fn chat_completions(State(state): State<Shared>, Body(request): Body<ChatRequest>) -> Result<Response, ApiError> {
     check_model(&state, &request.model)?;
-    let call = chat_call(&state, request)?;
+    // Compiling a schema is work for a blocking thread, not for one that serves connections.
+    let shared = state.clone();
+    let reading = tokio::task::spawn_blocking(move || chat_call(&shared, request));
+    let call = match tokio::time::timeout(READING_LIMIT, reading).await {
+        Ok(Ok(call)) => call?,
+        Ok(Err(_)) => {
+            return Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "internal_error",
+                "reading the request failed",
+            ))
+        }
+        Err(_) => {
+            let why = format!("the JSON schema took more than {} s to compile", READING_LIMIT.as_secs());
+            return Err(invalid_param("response_format", why));
+        }
+    };
     reply::answer(state.engine.clone(), call).await
 }
 

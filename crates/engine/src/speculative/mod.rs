@@ -96,6 +96,9 @@ pub fn generate_speculative(
     sink: &mut dyn TokenSink,
 ) -> Result<Generation> {
     options.validate()?;
+    // The grammar is compiled against the vocabulary before the reply is said to start: a
+    // schema the model's tokens cannot spell is the request's error, not a broken stream.
+    let mut sampler = Sampler::for_reply(options, tokenizer)?;
     if !start(target, prompt, sink)? {
         return Ok(Generation::cancelled(prompt.len()));
     }
@@ -112,7 +115,6 @@ pub fn generate_speculative(
     };
     costs.record_catch_up(fed, ms(t.elapsed()));
     let prefill = started.elapsed();
-    let mut sampler = Sampler::for_reply(options, tokenizer)?;
     let mut reply = Reply::new(tokenizer, prompt, options, sink);
     let mut totals = Totals::default();
     let mut plain = PlainReference::default();
