@@ -15,10 +15,11 @@
 //! itself back without privileges.
 
 /// The web process's nice value. SPECULA_WEBVIEW_NICE overrides it (0 leaves it alone).
+#[cfg(target_os = "linux")]
 const WEBVIEW_NICE: i32 = 10;
 
 /// Lower every WebKit process this app started (the web and network processes, sandboxed
-/// or not) to [`WEBVIEW_NICE`]. Called when a page has loaded, so that a web process WebKit
+/// or not) to nice 10 (Linux; elsewhere nothing yet). Called when a page has loaded, so that a web process WebKit
 /// starts again after a crash is lowered too. Failures are logged: a webview at normal
 /// priority is slower decoding, not a broken app.
 pub fn webview_gives_way() {
@@ -26,6 +27,7 @@ pub fn webview_gives_way() {
     linux::lower_webkit_children(nice_setting());
 }
 
+#[cfg(target_os = "linux")]
 fn nice_setting() -> i32 {
     match std::env::var("SPECULA_WEBVIEW_NICE") {
         Ok(v) => v.trim().parse().unwrap_or_else(|_| {
