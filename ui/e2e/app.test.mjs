@@ -327,11 +327,24 @@ test('a history it cannot open is moved aside, kept, and the app starts with a n
 
 test('killed mid-way through a plain reply, the app keeps every token its window had shown', async () => {
   await setSettings({ target: join(models, TARGET), draft: 'none', max_tokens: 400 });
+  await wd.waitFor("return /^target qwen2\\.5-coder-1\\.5b/.test(document.querySelector('#engine-status').textContent)", {
+    timeout: 120_000,
+    what: 'the target loaded',
+  });
+  const repliesBefore = await wd.execute('return Number(document.body.dataset.replies ?? 0)');
   await ask('Write a long story about a lighthouse keeper, in many paragraphs.');
+  // Forty tokens on screen, or whatever stopped the reply short, to say why.
   const shown = await wd.waitFor(
-    "const m = [...document.querySelectorAll('#messages .message.assistant')].pop(); const n = m.querySelectorAll('.tok').length; return n >= 40 && n",
+    `const m = [...document.querySelectorAll('#messages .message.assistant')].pop();
+     const n = m ? m.querySelectorAll('.tok').length : 0;
+     if (n >= 40) return n;
+     const notice = document.querySelector('#notice');
+     if (!notice.hidden) return 'notice: ' + notice.textContent;
+     if (Number(document.body.dataset.replies ?? 0) > ${repliesBefore}) return 'ended after ' + n + ' tokens: ' + (m?.textContent ?? '');
+     return false;`,
     { timeout: 120_000, what: 'forty tokens on screen' },
   );
+  assert.equal(typeof shown, 'number', String(shown));
   const pid = Number(execSync('pgrep -n -x specula-app').toString().trim());
   process.kill(pid, 'SIGKILL');
   await new Promise((r) => setTimeout(r, 500));
