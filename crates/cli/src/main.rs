@@ -209,6 +209,8 @@ impl SamplingArgs {
 }
 
 fn main() -> ExitCode {
+    // A model's chat template runs in a child of this binary, under a memory limit.
+    specula_engine::chat::isolate_template_renders();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SPECULA_LOG")

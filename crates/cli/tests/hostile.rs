@@ -153,6 +153,13 @@ struct Variant {
     generate_args: Vec<String>,
 }
 
+/// Templates that build strings no output cap sees: each step is one instruction of fuel.
+const DOUBLING: &str =
+    "{% set ns = namespace(s='xxxxxxxx') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}";
+const MACRO_DOUBLING: &str =
+    "{% macro grow(s, n) %}{% if n > 0 %}{{ grow(s ~ s, n - 1) }}{% else %}{{ s|length }}{% endif %}{% endmacro %}{{ grow('xxxxxxxx', 40) }}";
+const SQUARING: &str = "{% set ns = namespace(s='x' * 1000) %}{% for i in range(3) %}{% set ns.s = ns.s|replace('x', ns.s) %}{% endfor %}{{ ns.s|length }}";
+
 fn variant(name: &str, broken: Broken, raw: Raw) -> Variant {
     Variant { name: name.into(), bytes: raw.bytes(), broken, generate_args: Vec::new() }
 }
@@ -299,6 +306,21 @@ fn corpus() -> Vec<Variant> {
                 "tokenizer.chat_template",
                 Value::String("{% for a in range(100000) %}{{ 'x' * 100000 }}{% endfor %}".into()),
             ),
+        ),
+        variant(
+            "a template whose string doubles 40 times",
+            Model,
+            Raw::base().set("tokenizer.chat_template", Value::String(DOUBLING.into())),
+        ),
+        variant(
+            "a template whose macro doubles its argument",
+            Model,
+            Raw::base().set("tokenizer.chat_template", Value::String(MACRO_DOUBLING.into())),
+        ),
+        variant(
+            "a template that squares a string with replace",
+            Model,
+            Raw::base().set("tokenizer.chat_template", Value::String(SQUARING.into())),
         ),
         variant(
             "a template that does not parse",

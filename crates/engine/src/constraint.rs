@@ -68,12 +68,7 @@ pub struct Constraint {
 
 impl Constraint {
     pub fn new(grammar: &Grammar, tokenizer: &Tokenizer) -> Result<Self> {
-        let factory = tokenizer.grammar_factory()?;
-        let parser = factory.create_parser(TopLevelGrammar::from_json_schema(grammar.schema()));
-        let matcher = Matcher::new(parser);
-        if let Some(e) = matcher.get_error() {
-            return Err(Error::Grammar(e));
-        }
+        let matcher = tokenizer.grammar_matcher(grammar.schema())?;
         let stop_ids = tokenizer.stop_ids().collect();
         Ok(Self { matcher, consumed: Vec::new(), matched: 0, stop_ids, allowed: None })
     }

@@ -158,7 +158,9 @@ pub struct GenerateOptions {
 
 impl GenerateOptions {
     /// Options a reply can be made with: at least one token, stop strings within bounds
-    /// ([`crate::stop::StopStrings::check`]).
+    /// ([`crate::stop::StopStrings::check`]). The grammar is not compiled here: the reply
+    /// compiles it against the vocabulary before it starts, and a server that wants the
+    /// error earlier calls [`crate::constraint::Grammar::validate`] off its async threads.
     pub fn validate(&self) -> Result<()> {
         if self.max_tokens == 0 {
             return Err(Error::InvalidSetting("max_tokens must be at least 1".into()));
@@ -167,9 +169,6 @@ impl GenerateOptions {
         if self.alternatives > MAX_ALTERNATIVES {
             let n = self.alternatives;
             return Err(Error::InvalidSetting(format!("{n} alternatives per token: at most {MAX_ALTERNATIVES}")));
-        }
-        if let Some(grammar) = &self.grammar {
-            grammar.validate()?;
         }
         self.sampling.validate()
     }

@@ -377,8 +377,11 @@ fn chat_call(state: &AppState, request: ChatRequest) -> Result<reply::Call, ApiE
     let include_usage = request.stream_options.is_some_and(|o| o.include_usage);
     let mut base = base_request(state, Prompt::Chat(messages), request.sampling, request.speculative, logprobs)?;
     base.request.tools = tools.rendered();
+    // Compiled here, on the blocking thread this runs on, under the caller's time limit.
+    if let Some(grammar) = &grammar {
+        grammar.validate().map_err(ApiError::from)?;
+    }
     base.request.options.grammar = grammar;
-    base.request.options.validate().map_err(ApiError::from)?;
     let model = request.model;
     Ok(reply::Call { kind: Kind::Chat, model, base, prompts: Vec::new(), stream, include_usage, logprobs, tools })
 }

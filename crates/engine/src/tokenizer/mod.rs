@@ -36,6 +36,9 @@ pub struct Tokenizer {
     /// The parser factory of constrained decoding, built on first use (it indexes the
     /// whole vocabulary once).
     grammar_factory: std::sync::OnceLock<std::sync::Arc<llguidance::ParserFactory>>,
+    /// The last schema compiled and its matcher at the start: the choices of one request
+    /// (`n`, a list of prompts) share one compilation.
+    last_grammar: std::sync::Mutex<Option<(serde_json::Value, llguidance::Matcher)>>,
 }
 
 /// How a vocabulary writes a token's bytes.
@@ -72,6 +75,7 @@ impl Tokenizer {
             stop_ids,
             spelling,
             grammar_factory: Default::default(),
+            last_grammar: Default::default(),
         })
     }
 
@@ -94,6 +98,7 @@ impl Tokenizer {
             eos: None,
             spelling: Spelling::Text,
             grammar_factory: Default::default(),
+            last_grammar: Default::default(),
         })
     }
 
@@ -191,6 +196,21 @@ impl Tokenizer {
         let mut factory = llguidance::ParserFactory::new_simple(&env).map_err(|e| Error::Grammar(e.to_string()))?;
         factory.quiet();
         Ok(self.grammar_factory.get_or_init(|| std::sync::Arc::new(factory)).clone())
+    }
+
+    /// A matcher of `schema` at the reply's start, compiled unless it is the last one.
+    pub(crate) fn grammar_matcher(&self, schema: serde_json::Value) -> Result<llguidance::Matcher> {
+        let mut last = self.last_grammar.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((_, matcher)) = last.as_ref().filter(|(compiled, _)| *compiled == schema) {
+            return Ok(matcher.deep_clone());
+        }
+        let grammar = llguidance::api::TopLevelGrammar::from_json_schema(schema.clone());
+        let matcher = llguidance::Matcher::new(self.grammar_factory()?.create_parser(grammar));
+        if let Some(e) = matcher.get_error() {
+            return Err(Error::Grammar(e));
+        }
+        *last = Some((schema, matcher.deep_clone()));
+        Ok(matcher)
     }
 
     pub fn bos_text(&self) -> Option<&str> {

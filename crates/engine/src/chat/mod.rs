@@ -3,10 +3,15 @@
 //! `raise_exception`), and ChatML for models that carry none.
 //!
 //! A template comes from the model file and is hostile until proven otherwise: rendering has a
-//! fuel budget (a loop of loops ends with an error, not a hung engine) and an output cap.
+//! fuel budget (a loop of loops ends with an error, not a hung engine) and an output cap, and
+//! in binaries that opt in runs in a child process with a memory limit ([`child`]).
 //! What users write is never parsed for special tokens: it is rendered as placeholders, and
 //! the prompt comes back in parts, template text (whose markers are special) and message
 //! content (tokenized as plain text), so `<|im_end|>` typed in a message stays text.
+
+mod child;
+
+pub use child::{isolate_template_renders, RENDER_MEMORY};
 
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
@@ -93,6 +98,8 @@ pub enum PromptPart {
 
 pub struct ChatTemplate {
     env: minijinja::Environment<'static>,
+    /// The template's text, for a render in a child process.
+    source: String,
     bos: String,
     eos: String,
     /// False when the model carried no template and ChatML stands in.
@@ -116,8 +123,14 @@ impl ChatTemplate {
         env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
             Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
         });
-        env.add_template_owned("chat", source).map_err(|e| Error::Template(e.to_string()))?;
-        Ok(Self { env, bos: bos.unwrap_or_default().to_string(), eos: eos.unwrap_or_default().to_string(), from_model })
+        env.add_template_owned("chat", source.clone()).map_err(|e| Error::Template(e.to_string()))?;
+        Ok(Self {
+            env,
+            source,
+            bos: bos.unwrap_or_default().to_string(),
+            eos: eos.unwrap_or_default().to_string(),
+            from_model,
+        })
     }
 
     /// The prompt for `messages`, ending where the assistant's reply begins, as one text.
@@ -156,6 +169,18 @@ impl ChatTemplate {
     }
 
     fn render_raw(&self, messages: &[Message], tools: &[serde_json::Value]) -> Result<String> {
+        let job = || child::Job {
+            source: self.source.clone(),
+            bos: self.bos.clone(),
+            eos: self.eos.clone(),
+            messages: messages.to_vec(),
+            tools: tools.to_vec(),
+        };
+        child::render(job).unwrap_or_else(|| self.render_here(messages, tools))
+    }
+
+    /// The render in this process: fuel and the output cap bound it, not its memory.
+    fn render_here(&self, messages: &[Message], tools: &[serde_json::Value]) -> Result<String> {
         let template = self.env.get_template("chat").map_err(|e| Error::Template(e.to_string()))?;
         // No tools is `none`, not an empty list: templates test `tools is not none`.
         let tools = (!tools.is_empty()).then_some(tools);
