@@ -28,6 +28,8 @@ enum Command {
     Chat(run::ChatArgs),
     /// Print the token ids of a text as a JSON list.
     Tokenize(run::TokenizeArgs),
+    /// Print the prompt a model's chat template makes of a chat, and its token count.
+    ChatTemplate(run::ChatTemplateArgs),
     /// Plain vs speculative decoding, side by side on a prompt set.
     Bench(bench::BenchArgs),
     /// Prompt processing and generation speed, as llama.cpp's llama-bench measures them.
@@ -223,6 +225,7 @@ fn main() -> ExitCode {
         Command::Generate(args) => run::generate(args).map(|()| ExitCode::SUCCESS),
         Command::Chat(args) => run::chat(args).map(|()| ExitCode::SUCCESS),
         Command::Tokenize(args) => run::tokenize(args).map(|()| ExitCode::SUCCESS),
+        Command::ChatTemplate(args) => run::chat_template(args).map(|()| ExitCode::SUCCESS),
         Command::Bench(args) => bench::bench(args).map(|()| ExitCode::SUCCESS),
         Command::Speed(args) => speed::speed(args).map(|()| ExitCode::SUCCESS),
         Command::Serve(args) => run::serve(args).map(|()| ExitCode::SUCCESS),

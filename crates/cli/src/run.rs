@@ -99,6 +99,25 @@ pub struct TokenizeArgs {
     file: Option<PathBuf>,
 }
 
+#[derive(Args)]
+pub struct ChatTemplateArgs {
+    #[arg(long)]
+    model: PathBuf,
+    /// A JSON file: the chat's messages as OpenAI's API takes them (a list, or a request
+    /// object whose `messages`, `tools` and `chat_template_kwargs` are read).
+    #[arg(long)]
+    messages: PathBuf,
+    /// A JSON file: the tools (OpenAI's `tools` list) the template writes into the prompt.
+    #[arg(long)]
+    tools: Option<PathBuf>,
+    /// Template variables as JSON, for example '{"enable_thinking": false}'.
+    #[arg(long)]
+    kwargs: Option<String>,
+    /// End after the last message, without the header of the assistant's reply.
+    #[arg(long)]
+    no_generation_prompt: bool,
+}
+
 pub type CliResult = Result<(), String>;
 
 fn read_file(path: &PathBuf) -> Result<String, String> {
@@ -284,6 +303,44 @@ pub fn tokenize(args: TokenizeArgs) -> CliResult {
     let ids = tokenizer.encode(&text).map_err(|e| e.to_string())?;
     println!("{}", serde_json::to_string(&ids).map_err(|e| e.to_string())?);
     Ok(())
+}
+
+/// The prompt, byte for byte, on stdout; its token count on stderr.
+pub fn chat_template(args: ChatTemplateArgs) -> CliResult {
+    let request: serde_json::Value = parse_json(&read_file(&args.messages)?, &args.messages.display().to_string())?;
+    let (messages, mut tools, mut kwargs) = match request {
+        serde_json::Value::Array(_) => (request, Vec::new(), serde_json::Map::new()),
+        mut object => (
+            object["messages"].take(),
+            object["tools"].as_array().cloned().unwrap_or_default(),
+            object["chat_template_kwargs"].as_object().cloned().unwrap_or_default(),
+        ),
+    };
+    if let Some(path) = &args.tools {
+        tools = parse_json(&read_file(path)?, &path.display().to_string())?;
+    }
+    if let Some(text) = &args.kwargs {
+        kwargs = parse_json(text, "--kwargs")?;
+    }
+    let messages: Vec<specula_server::api::ChatMessage> = parse_json(&messages.to_string(), "messages")?;
+    let messages = messages.into_iter().enumerate().map(|(i, m)| m.into_message(i)).collect::<Result<Vec<_>, _>>()?;
+    let gguf = specula_engine::gguf::GgufFile::open(&args.model).map_err(|e| e.to_string())?;
+    let tokenizer = specula_engine::Tokenizer::from_gguf(&gguf).map_err(|e| e.to_string())?;
+    let template = specula_engine::ChatTemplate::from_gguf(&gguf, tokenizer.bos_text(), tokenizer.eos_text())
+        .map_err(|e| e.to_string())?;
+    let options =
+        specula_engine::chat::RenderOptions { add_generation_prompt: !args.no_generation_prompt, kwargs, now: None };
+    let text = template.render_text(&messages, &tools, &options).map_err(|e| e.to_string())?;
+    let ids = specula_engine::chat_prompt_ids(&tokenizer, &template, &messages, &tools, &options)
+        .map_err(|e| e.to_string())?;
+    print!("{text}");
+    let source = if template.from_model { "the model's template" } else { "ChatML (the model has no template)" };
+    eprintln!("{} tokens ({source})", ids.len());
+    Ok(())
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(text: &str, what: &str) -> Result<T, String> {
+    serde_json::from_str(text).map_err(|e| format!("{what}: {e}"))
 }
 
 pub fn options(args: &SamplingArgs) -> GenerateOptions {

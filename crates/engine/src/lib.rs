@@ -80,30 +80,19 @@ impl LoadedModel {
         Ok(Self { model: CachedModel::new(model), tokenizer, template, info })
     }
 
-    /// The prompt for a chat, as the model's template renders it. The template's own text is
-    /// read with its special tokens; what the messages say is read as plain text.
     /// The prompt for a chat, `tools` (OpenAI's function definitions) rendered by the template.
     pub fn chat_prompt(&self, messages: &[Message], tools: &[serde_json::Value]) -> Result<Vec<u32>> {
-        if messages.is_empty() {
-            return Err(Error::InvalidSetting("a chat needs at least one message".into()));
-        }
-        let specials: Vec<&str> = self.tokenizer.special_texts().collect();
-        let parts = self.template.render_parts(messages, tools, &specials)?;
-        let mut ids = Vec::new();
-        for (i, part) in parts.iter().enumerate() {
-            match part {
-                // Only the prompt's start gets the model's BOS.
-                chat::PromptPart::Template(text) if i == 0 => ids.extend(self.tokenizer.encode(text)?),
-                chat::PromptPart::Template(text) => ids.extend(self.tokenizer.encode_without_bos(text)?),
-                chat::PromptPart::Content(text) => {
-                    if i == 0 {
-                        ids.extend(self.tokenizer.prefix_ids()?);
-                    }
-                    ids.extend(self.tokenizer.encode_literal(text)?)
-                }
-            }
-        }
-        Ok(ids)
+        self.chat_prompt_with(messages, tools, &chat::RenderOptions::default())
+    }
+
+    /// The prompt for a chat as the model's template renders it ([`chat_prompt_ids`]).
+    pub fn chat_prompt_with(
+        &self,
+        messages: &[Message],
+        tools: &[serde_json::Value],
+        options: &chat::RenderOptions,
+    ) -> Result<Vec<u32>> {
+        chat_prompt_ids(&self.tokenizer, &self.template, messages, tools, options)
     }
 
     pub fn generate(
@@ -114,4 +103,35 @@ impl LoadedModel {
     ) -> Result<Generation> {
         generate_plain(&mut self.model, &self.tokenizer, prompt, options, sink)
     }
+}
+
+/// The prompt for a chat as `template` renders it, read with its special tokens, except the
+/// special-token texts the messages spell, read as plain text.
+pub fn chat_prompt_ids(
+    tokenizer: &Tokenizer,
+    template: &ChatTemplate,
+    messages: &[Message],
+    tools: &[serde_json::Value],
+    options: &chat::RenderOptions,
+) -> Result<Vec<u32>> {
+    if messages.is_empty() {
+        return Err(Error::InvalidSetting("a chat needs at least one message".into()));
+    }
+    let specials: Vec<&str> = tokenizer.special_texts().collect();
+    let parts = template.render_parts(messages, tools, options, &specials)?;
+    let mut ids = Vec::new();
+    for (i, part) in parts.iter().enumerate() {
+        match part {
+            // Only the prompt's start gets the model's BOS.
+            chat::PromptPart::Template(text) if i == 0 => ids.extend(tokenizer.encode(text)?),
+            chat::PromptPart::Template(text) => ids.extend(tokenizer.encode_without_bos(text)?),
+            chat::PromptPart::Content(text) => {
+                if i == 0 {
+                    ids.extend(tokenizer.prefix_ids()?);
+                }
+                ids.extend(tokenizer.encode_literal(text)?)
+            }
+        }
+    }
+    Ok(ids)
 }

@@ -33,6 +33,10 @@ pub struct ChatRequest {
     pub response_format: Option<ResponseFormat>,
     #[serde(default)]
     pub speculative: Option<SpeculativeOverride>,
+    /// More variables for the chat template, as llama.cpp's server and vLLM take them
+    /// (`{"enable_thinking": false}` for Qwen3).
+    #[serde(default)]
+    pub chat_template_kwargs: serde_json::Map<String, serde_json::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -203,7 +207,16 @@ pub struct ApiToolCall {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct ApiFunctionCall {
     pub name: String,
+    /// A JSON text, as OpenAI sends it; an object sent instead is taken as its text.
+    #[serde(deserialize_with = "text_or_json")]
     pub arguments: String,
+}
+
+fn text_or_json<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    Ok(match serde_json::Value::deserialize(deserializer)? {
+        serde_json::Value::String(text) => text,
+        other => other.to_string(),
+    })
 }
 
 fn function_type() -> String {
@@ -276,7 +289,8 @@ pub type ShapeError = String;
 
 impl ChatMessage {
     /// The engine's message: `developer` is a system turn, `function` a tool's, and content
-    /// parts are joined (text only: these models read no images or audio).
+    /// parts are kept for templates that read them (text only: these models read no images
+    /// or audio).
     pub fn into_message(self, index: usize) -> Result<Message, ShapeError> {
         let role = match self.role.as_str() {
             "system" | "developer" => Role::System,
@@ -289,27 +303,25 @@ impl ChatMessage {
                 ))
             }
         };
-        let content = match self.content {
-            None => String::new(),
-            Some(Content::Text(text)) => text,
-            Some(Content::Parts(parts)) => join_parts(parts, index)?,
+        let mut message = match self.content {
+            None => Message::new(role, ""),
+            Some(Content::Text(text)) => Message::new(role, text),
+            Some(Content::Parts(parts)) => Message::from_parts(role, text_parts(parts, index)?),
         };
-        let tool_calls = self.tool_calls.into_iter().map(ApiToolCall::into_engine).collect();
-        Ok(Message { role, content, tool_calls, tool_call_id: self.tool_call_id })
+        message.tool_calls = self.tool_calls.into_iter().map(ApiToolCall::into_engine).collect();
+        message.tool_call_id = self.tool_call_id;
+        Ok(message)
     }
 }
 
-fn join_parts(parts: Vec<ContentPart>, index: usize) -> Result<String, ShapeError> {
-    let mut text = String::new();
-    for part in parts {
-        match (part.kind.as_str(), part.text) {
-            ("text", Some(t)) => text.push_str(&t),
-            (kind, _) => {
-                return Err(format!("messages[{index}] has a `{kind}` part: this model reads text parts only"))
-            }
-        }
-    }
-    Ok(text)
+fn text_parts(parts: Vec<ContentPart>, index: usize) -> Result<Vec<String>, ShapeError> {
+    parts
+        .into_iter()
+        .map(|part| match (part.kind.as_str(), part.text) {
+            ("text", Some(text)) => Ok(text),
+            (kind, _) => Err(format!("messages[{index}] has a `{kind}` part: this model reads text parts only")),
+        })
+        .collect()
 }
 
 impl ApiToolCall {

@@ -8,6 +8,7 @@
 
 pub mod api;
 pub mod listen;
+mod pycall;
 mod reply;
 pub mod security;
 mod stream_text;
@@ -377,6 +378,7 @@ fn chat_call(state: &AppState, request: ChatRequest) -> Result<reply::Call, ApiE
     let include_usage = request.stream_options.is_some_and(|o| o.include_usage);
     let mut base = base_request(state, Prompt::Chat(messages), request.sampling, request.speculative, logprobs)?;
     base.request.tools = tools.rendered();
+    base.request.template_kwargs = request.chat_template_kwargs;
     // Compiled here, on the blocking thread this runs on, under the caller's time limit.
     if let Some(grammar) = &grammar {
         grammar.validate().map_err(ApiError::from)?;

@@ -346,7 +346,7 @@ impl StreamedChoice {
     fn new(call: &Call, choice: &Choice) -> Self {
         let mut markers = choice.request.options.stop.clone();
         if call.tools.is_active() {
-            markers.push(tools::OPEN.to_string());
+            markers.extend(tools::MARKERS.iter().map(|m| m.to_string()));
         }
         Self { index: choice.index, holdback: Holdback::new(markers, call.tools.is_active()), first: true }
     }

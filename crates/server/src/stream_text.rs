@@ -47,7 +47,10 @@ impl Holdback {
         let text = self.text.as_str();
         if self.hold_json && self.sent == 0 {
             let start = text.trim_start();
-            if start.starts_with('{') || "```".starts_with(start) || start.starts_with("```") {
+            // A reply that may be a bare call (JSON, a code block, a list of Python calls,
+            // Llama 3.1's tag) is held whole.
+            let call_starts = ["{", "[", "```", "<|python_tag|>"];
+            if call_starts.iter().any(|s| start.starts_with(s) || s.starts_with(start)) {
                 return 0;
             }
         }

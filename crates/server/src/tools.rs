@@ -1,14 +1,18 @@
 //! Tool calls in a reply, as the models' own templates teach them to write them: Qwen2.5,
 //! Qwen3 and Hermes-style templates wrap each call in `<tool_call>` tags around a JSON object
-//! `{"name": ..., "arguments": {...}}`; Llama 3.x writes the object bare, with `parameters`.
+//! `{"name": ..., "arguments": {...}}`; Llama 3.x writes the object bare, with `parameters`
+//! (3.1 after `<|python_tag|>`, several separated by `;`); Gemma 3 writes Python in a
+//! ```` ```tool_code ```` block, and Llama 3.2 sometimes a list of Python calls.
 //! Text that does not parse as a call stays content: nothing the model wrote is dropped.
 
 use crate::api::{Tool, ToolChoice};
 use serde_json::{json, Value};
 use specula_engine::constraint::Grammar;
 
-pub const OPEN: &str = "<tool_call>";
+const OPEN: &str = "<tool_call>";
 const CLOSE: &str = "</tool_call>";
+/// Where a call may begin inside a reply: the stream holds text back from there.
+pub const MARKERS: &[&str] = &[OPEN, CODE_OPEN];
 
 /// The functions a request offers the model, whether its reply is read for calls, and the
 /// grammar that forces a call when the request requires one.
@@ -105,22 +109,37 @@ pub struct Parsed {
 
 /// The calls in `text` of the functions named in `known`, and the content around them.
 pub fn parse(text: &str, known: &[&str]) -> Parsed {
-    if let Some(call) = call_of(unfenced(text.trim()), known) {
-        return Parsed { content: String::new(), calls: vec![call] };
+    let bare = text.trim();
+    let bare = bare.strip_prefix("<|python_tag|>").unwrap_or(bare).trim();
+    if let Some(calls) = bare_calls(unfenced(bare), known) {
+        return Parsed { content: String::new(), calls };
     }
+    if text.contains(CODE_OPEN) {
+        return tagged(text, CODE_OPEN, CODE_CLOSE, &|body| python_calls(body, known));
+    }
+    tagged(text, OPEN, CLOSE, &|body| call_of(body, known).map(|call| vec![call]))
+}
+
+/// Gemma 3's block of calls.
+const CODE_OPEN: &str = "```tool_code";
+const CODE_CLOSE: &str = "```";
+
+/// The calls in blocks between `open` and `close` tags, and the text around them; a block
+/// that does not read as calls stays content.
+fn tagged(text: &str, open: &str, close: &str, read: &dyn Fn(&str) -> Option<Vec<Call>>) -> Parsed {
     let mut content = String::new();
     let mut calls = Vec::new();
     let mut rest = text;
-    while let Some(start) = rest.find(OPEN) {
-        let body_and_rest = &rest[start + OPEN.len()..];
-        let (body, after) = match body_and_rest.find(CLOSE) {
-            Some(end) => (&body_and_rest[..end], &body_and_rest[end + CLOSE.len()..]),
+    while let Some(start) = rest.find(open) {
+        let body_and_rest = &rest[start + open.len()..];
+        let (body, after) = match body_and_rest.find(close) {
+            Some(end) => (&body_and_rest[..end], &body_and_rest[end + close.len()..]),
             None => (body_and_rest, ""),
         };
-        match call_of(body.trim(), known) {
-            Some(call) => {
+        match read(body.trim()) {
+            Some(found) => {
                 content.push_str(&rest[..start]);
-                calls.push(call);
+                calls.extend(found);
             }
             None => content.push_str(&rest[..rest.len() - after.len()]),
         }
@@ -129,6 +148,29 @@ pub fn parse(text: &str, known: &[&str]) -> Parsed {
     content.push_str(rest);
     let content = if calls.is_empty() { content } else { content.trim().to_string() };
     Parsed { content, calls }
+}
+
+/// A whole reply that is calls: one JSON call, several separated by `;` (Llama 3.1), or
+/// Python calls (Llama 3.2's list).
+fn bare_calls(text: &str, known: &[&str]) -> Option<Vec<Call>> {
+    if let Some(call) = call_of(text, known) {
+        return Some(vec![call]);
+    }
+    if text.starts_with('{') && text.contains(';') {
+        return text.split(';').map(|one| call_of(one.trim(), known)).collect();
+    }
+    python_calls(text, known)
+}
+
+/// Python calls, all of known functions, or none.
+fn python_calls(code: &str, known: &[&str]) -> Option<Vec<Call>> {
+    let calls = crate::pycall::calls(code)?;
+    calls
+        .into_iter()
+        .map(|(name, arguments)| {
+            known.contains(&name.as_str()).then(|| Call { name, arguments: arguments.to_string() })
+        })
+        .collect()
 }
 
 /// A reply that is one Markdown code block, without its fence: small models often wrap the
@@ -221,6 +263,21 @@ mod tests {
         ] {
             assert_eq!(parse(text, KNOWN), Parsed { content: text.into(), calls: vec![] }, "{text}");
         }
+    }
+
+    #[test]
+    fn gemma_tool_code_blocks_and_llama_python_tags_are_calls() {
+        let gemma = "I'll look it up.\n```tool_code\nget_weather(city=\"Paris\")\n```";
+        let parsed = parse(gemma, KNOWN);
+        assert_eq!(parsed.content, "I'll look it up.");
+        assert_eq!(parsed.calls, vec![Call { name: "get_weather".into(), arguments: "{\"city\":\"Paris\"}".into() }]);
+        let llama31 = "<|python_tag|>{\"name\": \"add\", \"parameters\": {\"a\": 1}}; {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\"}}";
+        assert_eq!(parse(llama31, KNOWN).calls.len(), 2);
+        let llama32 = "[get_weather(city='Rome'), add(a=1, b=2)]";
+        let parsed = parse(llama32, KNOWN);
+        assert_eq!(parsed.calls[1], Call { name: "add".into(), arguments: "{\"a\":1,\"b\":2}".into() });
+        let unknown = "```tool_code\nrm(path='/')\n```";
+        assert_eq!(parse(unknown, KNOWN), Parsed { content: unknown.into(), calls: vec![] });
     }
 
     #[test]

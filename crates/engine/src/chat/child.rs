@@ -9,7 +9,7 @@
 //! with an error. Linux only (other systems ignore or lack the limit); elsewhere, and when
 //! the child cannot be started, the render runs in process with fuel and the output cap.
 
-use super::{ChatTemplate, Message};
+use super::ChatTemplate;
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
@@ -34,8 +34,8 @@ pub(super) struct Job {
     pub source: String,
     pub bos: String,
     pub eos: String,
-    pub messages: Vec<Message>,
-    pub tools: Vec<serde_json::Value>,
+    pub context: serde_json::Value,
+    pub now: Option<chrono::NaiveDateTime>,
 }
 
 /// The program (and its first arguments) renders run in, once a binary opted in.
@@ -72,7 +72,7 @@ fn serve_render_if_asked() {
         .and_then(|_| serde_json::from_slice::<Job>(&input).map_err(|e| Error::Template(e.to_string())))
         .and_then(|job| {
             let template = ChatTemplate::new(job.source, Some(&job.bos), Some(&job.eos), true)?;
-            template.render_here(&job.messages, &job.tools)
+            template.render_here(&job.context, job.now)
         });
     let code = match rendered {
         Ok(text) => match std::io::stdout().write_all(text.as_bytes()) {

@@ -81,11 +81,22 @@ pub struct Request {
     /// Function definitions (OpenAI's `tools` entries) the chat template renders into a chat
     /// prompt; ignored for other prompts.
     pub tools: Vec<serde_json::Value>,
+    /// More variables for the chat template (`chat_template_kwargs`: `enable_thinking`).
+    pub template_kwargs: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Request {
     pub fn new(prompt: Prompt, options: GenerateOptions) -> Self {
-        Self { prompt, options, drafter: None, k: None, deadline: None, models: None, tools: Vec::new() }
+        Self {
+            prompt,
+            options,
+            drafter: None,
+            k: None,
+            deadline: None,
+            models: None,
+            tools: Vec::new(),
+            template_kwargs: serde_json::Map::new(),
+        }
     }
 }
 

@@ -197,7 +197,10 @@ impl Worker {
 /// The reply to one request on `session`, decoded with the request's own choices.
 fn reply(session: &mut Session, request: &Request, decoding: Decoding, sink: &mut ChannelSink) -> Result<Generation> {
     let prompt = match &request.prompt {
-        Prompt::Chat(messages) => session.chat_prompt(messages, &request.tools)?,
+        Prompt::Chat(messages) => {
+            let options = crate::chat::RenderOptions { kwargs: request.template_kwargs.clone(), ..Default::default() };
+            session.target.chat_prompt_with(messages, &request.tools, &options)?
+        }
         Prompt::Text(text) => session.target.tokenizer.encode(text)?,
         Prompt::Tokens(ids) => ids.clone(),
     };
