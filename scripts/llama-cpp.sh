@@ -5,15 +5,23 @@
 # committed. Prints the folder holding llama-bench, llama-completion and llama-speculative-simple.
 #
 #   scripts/llama-cpp.sh            # build once (about 10 minutes on 2 cores), then print
+#   scripts/llama-cpp.sh --server   # llama-server instead (about 25 minutes), in build-server/bin
 set -euo pipefail
 
 version=0.3.36
 sha256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 root="${SPECULA_LLAMA_CPP:-$HOME/.cache/specula/llama.cpp}"
-bin="$root/build/bin"
+build=build
+server=OFF
 targets=(llama-bench llama-completion llama-speculative-simple)
+if [ "${1:-}" = "--server" ]; then
+    build=build-server
+    server=ON
+    targets=(llama-server)
+fi
+bin="$root/$build/bin"
 
-if [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-speculative-simple" ]; then
+if [ -x "$bin/${targets[0]}" ] && [ -x "$bin/${targets[-1]}" ]; then
     echo "$bin"
     exit 0
 fi
@@ -41,7 +49,7 @@ if ! command -v cmake >/dev/null; then
     export PATH="$root/tools/bin:$PATH"
 fi
 
-cmake -S src/vendor/llama.cpp -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
-    -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF >&2
-cmake --build build -j"$(nproc)" --target "${targets[@]}" >&2
+cmake -S src/vendor/llama.cpp -B "$build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+    -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER="$server" >&2
+cmake --build "$build" -j"$(nproc)" --target "${targets[@]}" >&2
 echo "$bin"
