@@ -199,12 +199,14 @@ fn the_speedup_figure_rests_on_plain_steps_timed_in_the_same_reply() {
     assert!(steps.0[..third].iter().all(|s| s.speedup_vs_plain.is_none()));
     assert!(steps.0[third..].iter().all(|s| s.speedup_vs_plain.is_some() && s.plain_steps >= 3));
 
-    // The stored figure is the reply's rate over its median plain step's.
+    // The stored figure is plain time priced stretch by stretch (reference.rs tests the
+    // pricing) over the reply's decode time, with the plain steps the events told of.
     let s = g.stats.speculative.unwrap();
     // The step that ends a reply is told as its end, not as a step: it may be one plain more.
     assert!((plain_steps.len()..=plain_steps.len() + 1).contains(&s.plain_steps), "{s:?}");
-    let expected = s.plain_ms_per_token.unwrap() * g.tokens.len() as f64 / g.stats.decode_ms;
-    assert!((s.speedup_vs_plain.unwrap() - expected).abs() < 1e-9 * expected);
+    let speedup = s.speedup_vs_plain.unwrap();
+    assert!(speedup.is_finite() && speedup > 0.0, "{s:?}");
+    assert!(s.plain_ms_per_token.is_some_and(|ms| ms > 0.0), "{s:?}");
 }
 
 #[test]

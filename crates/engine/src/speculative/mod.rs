@@ -182,7 +182,7 @@ pub fn generate_speculative(
         // counted in the probe's first step, it read as a loss of twice plain's time and
         // stopped every probe that followed a plain stretch, whatever its acceptance.
         costs.record_step(k, reply.tokens.len() - committed_before, step_ms - catch_up_ms);
-        plain.record_step(k, step_ms);
+        plain.record_step(k, reply.tokens.len() - committed_before, step_ms);
         totals.record(k, outcome.accepted, catch_up_ms + draft_ms, verify_ms);
         let step = step_event(&reply, &plain, &totals, k, outcome.accepted);
         reply.step(&step);
