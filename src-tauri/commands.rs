@@ -1,11 +1,11 @@
 //! The commands the webview may call (each listed in src-tauri/capabilities). They are thin:
 //! the history is in specula-store, decoding in the engine thread.
 
-use crate::engine::{EngineStatus, ReplyEvent, ReplyJob};
-use crate::error::{CommandResult, ErrorDto};
-use crate::settings::{models_dir, AppSettings};
+use crate::engine::ReplyJob;
+use crate::error::{CommandResult, ErrorCode, ErrorInfo};
+use crate::settings::{models_dir, AppSettings, EngineSettings};
 use crate::AppState;
-use serde::Serialize;
+use specula_engine::protocol::{EngineStatus, ModelEntry, ReplyEvent, ReplyStarted};
 use specula_engine::{check_draft_for, inspect, Message, Role};
 use specula_store::{Conversation, ConversationSummary, Store, StoredMessage};
 use std::path::{Path, PathBuf};
@@ -17,32 +17,37 @@ pub const SETTINGS_KEY: &str = "settings";
 pub const ADDED_MODELS_KEY: &str = "added_models";
 
 fn with_store<T>(state: &AppState, f: impl FnOnce(&mut Store) -> specula_store::Result<T>) -> CommandResult<T> {
-    let mut store = state.store.lock().map_err(|_| ErrorDto::new("internal", "the history database is unavailable"))?;
+    let mut store =
+        state.store.lock().map_err(|_| ErrorInfo::new(ErrorCode::Internal, "the history database is unavailable"))?;
     Ok(f(&mut store)?)
 }
 
 /// Blocking work (loading models, reading model headers) off the IPC thread.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> CommandResult<T> + Send + 'static) -> CommandResult<T> {
-    tauri::async_runtime::spawn_blocking(f).await.map_err(|e| ErrorDto::new("internal", e.to_string()))?
+    tauri::async_runtime::spawn_blocking(f).await.map_err(|e| ErrorInfo::new(ErrorCode::Internal, e.to_string()))?
 }
 
 #[tauri::command]
+#[specta::specta]
 pub fn engine_status(state: State<'_, AppState>) -> EngineStatus {
     state.engine.status()
 }
 
 /// What went wrong at start-up and was worked around (a history moved aside, settings reset).
 #[tauri::command]
-pub fn startup_notices(state: State<'_, AppState>) -> Vec<ErrorDto> {
+#[specta::specta]
+pub fn startup_notices(state: State<'_, AppState>) -> Vec<ErrorInfo> {
     state.notices.clone()
 }
 
 #[tauri::command]
+#[specta::specta]
 pub fn get_settings(state: State<'_, AppState>) -> CommandResult<AppSettings> {
     Ok(with_store(&state, |s| s.setting(SETTINGS_KEY))?.unwrap_or_default())
 }
 
 #[tauri::command]
+#[specta::specta]
 pub fn save_settings(state: State<'_, AppState>, settings: AppSettings) -> CommandResult<()> {
     settings.options()?;
     settings.check_paths()?;
@@ -50,30 +55,16 @@ pub fn save_settings(state: State<'_, AppState>, settings: AppSettings) -> Comma
 }
 
 #[tauri::command]
+#[specta::specta]
 pub async fn apply_models(state: State<'_, AppState>, settings: AppSettings) -> CommandResult<EngineStatus> {
     let answer = state.engine.apply(&settings)?;
-    let health = answer.recv_async().await.map_err(|_| ErrorDto::new("internal", "the engine stopped"))?;
-    Ok(health?.into())
-}
-
-/// A GGUF file the settings can offer, with whether it can run and draft for the target.
-#[derive(Serialize)]
-pub struct ModelEntry {
-    path: PathBuf,
-    name: String,
-    architecture: String,
-    parameters: u64,
-    quantization: String,
-    file_bytes: u64,
-    runnable: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    compatible: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reason: Option<String>,
+    let health = answer.recv_async().await.map_err(|_| ErrorInfo::new(ErrorCode::Internal, "the engine stopped"))?;
+    Ok(crate::engine::status_of(health?))
 }
 
 /// The models on offer; drafts are checked against `target` (default: the saved target).
 #[tauri::command]
+#[specta::specta]
 pub async fn list_models(state: State<'_, AppState>, target: Option<String>) -> CommandResult<Vec<ModelEntry>> {
     let mut settings = get_settings(state)?;
     if let Some(target) = target.filter(|t| !t.is_empty()) {
@@ -112,6 +103,7 @@ fn scan_models(settings: &AppSettings) -> Vec<ModelEntry> {
 /// Remember a model file the user names by path, wherever it is, once it reads as a model; it
 /// is then offered in the settings and the doctor like the models of the model folders.
 #[tauri::command]
+#[specta::specta]
 pub async fn add_model(state: State<'_, AppState>, path: String) -> CommandResult<ModelEntry> {
     let checked = path.clone();
     let added = blocking(move || crate::paths::add(&checked)).await?;
@@ -153,36 +145,43 @@ fn model_entry(path: PathBuf, target: &str) -> ModelEntry {
 }
 
 #[tauri::command]
+#[specta::specta]
 pub fn list_conversations(state: State<'_, AppState>, query: String) -> CommandResult<Vec<ConversationSummary>> {
     with_store(&state, |s| s.conversations(&query))
 }
 
 #[tauri::command]
+#[specta::specta]
 pub fn get_conversation(state: State<'_, AppState>, id: i64) -> CommandResult<Conversation> {
     with_store(&state, |s| s.conversation(id))
 }
 
 #[tauri::command]
+#[specta::specta]
 pub fn create_conversation(state: State<'_, AppState>) -> CommandResult<Conversation> {
     with_store(&state, |s| s.create_conversation())
 }
 
 #[tauri::command]
+#[specta::specta]
 pub fn rename_conversation(state: State<'_, AppState>, id: i64, title: String) -> CommandResult<()> {
     with_store(&state, |s| s.rename_conversation(id, &title))
 }
 
 #[tauri::command]
+#[specta::specta]
 pub fn set_system_prompt(state: State<'_, AppState>, id: i64, text: String) -> CommandResult<()> {
     with_store(&state, |s| s.set_system_prompt(id, &text))
 }
 
 #[tauri::command]
+#[specta::specta]
 pub fn delete_conversation(state: State<'_, AppState>, id: i64) -> CommandResult<()> {
     with_store(&state, |s| s.delete_conversation(id))
 }
 
 #[tauri::command]
+#[specta::specta]
 pub fn add_message(
     state: State<'_, AppState>,
     conversation_id: i64,
@@ -190,24 +189,23 @@ pub fn add_message(
     content: String,
 ) -> CommandResult<StoredMessage> {
     if !matches!(role.as_str(), "user" | "system") {
-        return Err(ErrorDto::new("invalid_setting", "Only user and system messages are written by the window"));
+        return Err(ErrorInfo::new(
+            ErrorCode::InvalidSetting,
+            "Only user and system messages are written by the window",
+        ));
     }
     with_store(&state, |s| s.add_message(conversation_id, &role, &content, None))
 }
 
 #[tauri::command]
+#[specta::specta]
 pub fn truncate_messages(state: State<'_, AppState>, conversation_id: i64, from_message_id: i64) -> CommandResult<()> {
     with_store(&state, |s| s.truncate(conversation_id, from_message_id))
 }
 
-#[derive(Serialize)]
-pub struct ReplyStarted {
-    request_id: u64,
-    message: StoredMessage,
-}
-
 /// Start the assistant's reply to the conversation as stored; tokens stream over `on_event`.
 #[tauri::command]
+#[specta::specta]
 pub fn reply(
     state: State<'_, AppState>,
     conversation_id: i64,
@@ -248,6 +246,7 @@ fn chat_messages(conversation: &Conversation) -> Vec<Message> {
 }
 
 #[tauri::command]
+#[specta::specta]
 pub fn cancel_reply(state: State<'_, AppState>, request_id: u64) -> bool {
     state.engine.cancel(request_id)
 }
@@ -255,11 +254,12 @@ pub fn cancel_reply(state: State<'_, AppState>, request_id: u64) -> bool {
 /// Open a link from a reply in the system's browser (or mail client): only `http(s):` and
 /// `mailto:` URLs, so a reply cannot make the app open a local file or a custom scheme.
 #[tauri::command]
+#[specta::specta]
 pub fn open_link(app: tauri::AppHandle, url: String) -> CommandResult<()> {
     use tauri_plugin_opener::OpenerExt;
     let lower = url.to_ascii_lowercase();
     if !(lower.starts_with("https://") || lower.starts_with("http://") || lower.starts_with("mailto:")) {
-        return Err(ErrorDto::new("invalid_setting", format!("only web and mail links open: {url}")));
+        return Err(ErrorInfo::new(ErrorCode::InvalidSetting, format!("only web and mail links open: {url}")));
     }
-    app.opener().open_url(url, None::<&str>).map_err(|e| ErrorDto::new("internal", e.to_string()))
+    app.opener().open_url(url, None::<&str>).map_err(|e| ErrorInfo::new(ErrorCode::Internal, e.to_string()))
 }

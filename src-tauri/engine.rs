@@ -2,43 +2,18 @@
 //! reply's events are stored in the history database and forwarded to the webview's Channel.
 //! The service owns the models, the engine thread and cancellation; nothing here decodes.
 
-use crate::error::ErrorDto;
-use crate::settings::AppSettings;
-use serde::Serialize;
+use crate::error::{ErrorCode, ErrorInfo};
+use crate::settings::{AppSettings, EngineSettings};
+use specula_engine::protocol::{EngineStatus, ReplyEvent};
 use specula_engine::service::{
     CancelHandle, EngineHandle, EngineState, Event, Health, Prompt, Request, ServiceConfig, Ticket,
 };
-use specula_engine::{ErrorInfo, GenerationStats, Message, StepEvent, TokenEvent};
+use specula_engine::{GenerationStats, Message, StepEvent, TokenEvent};
 use specula_store::Store;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tauri::ipc::Channel;
-
-/// What the UI hears while a reply streams.
-#[derive(Clone, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum ReplyEvent {
-    Started {
-        prompt_tokens: usize,
-    },
-    Prefill {
-        done: usize,
-        total: usize,
-    },
-    /// The tokens since the last message, and the latest step's figures.
-    Batch {
-        tokens: Vec<TokenEvent>,
-        step: Option<StepEvent>,
-    },
-    Done {
-        stats: GenerationStats,
-        finish_reason: &'static str,
-    },
-    Error {
-        error: ErrorDto,
-    },
-}
 
 /// How often the webview hears of a streaming reply. Each message is a script the webview
 /// parses and runs, on the cores the engine decodes with: a message a token cost the app a
@@ -46,36 +21,19 @@ pub enum ReplyEvent {
 const BATCH_EVERY: Duration = Duration::from_millis(100);
 
 /// The status line's facts, from the service's health.
-#[derive(Debug, Clone, Serialize)]
-pub struct EngineStatus {
-    pub state: EngineState,
-    /// Paths of the loaded models.
-    pub target: Option<String>,
-    pub draft: Option<String>,
-    pub device: String,
-    pub loading: bool,
-    /// Why the last load failed; the models loaded before (if any) stay in use.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<ErrorDto>,
-    /// The last reply that failed inside the engine.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_failure: Option<ErrorDto>,
-}
-
-impl From<Health> for EngineStatus {
-    fn from(h: Health) -> Self {
-        let path = |m: Option<specula_engine::service::LoadedModelInfo>| {
-            m.map(|m| m.path.map_or(m.info.name, |p| p.display().to_string()))
-        };
-        Self {
-            loading: h.state == EngineState::Loading,
-            state: h.state,
-            target: path(h.target),
-            draft: path(h.draft),
-            device: h.device.unwrap_or_default(),
-            error: h.error.map(ErrorDto::from),
-            last_failure: h.last_failure.map(ErrorDto::from),
-        }
+pub fn status_of(h: Health) -> EngineStatus {
+    let path = |m: Option<specula_engine::service::LoadedModelInfo>| {
+        m.map(|m| m.path.map_or(m.info.name, |p| p.display().to_string()))
+    };
+    EngineStatus {
+        loading: h.state == EngineState::Loading,
+        state: h.state,
+        target: path(h.target),
+        draft: path(h.draft),
+        device: h.device.unwrap_or_default(),
+        drafter: None,
+        error: h.error,
+        last_failure: h.last_failure,
     }
 }
 
@@ -100,17 +58,17 @@ impl Engine {
     }
 
     pub fn status(&self) -> EngineStatus {
-        self.service.health().into()
+        status_of(self.service.health())
     }
 
     /// Load what the settings name (only what changed); the answer comes when it is done.
-    pub fn apply(&self, settings: &AppSettings) -> Result<flume::Receiver<Result<Health, ErrorInfo>>, ErrorDto> {
+    pub fn apply(&self, settings: &AppSettings) -> Result<flume::Receiver<Result<Health, ErrorInfo>>, ErrorInfo> {
         Ok(self.service.load(settings.load_spec()?))
     }
 
     /// Queue the settings' models and then the reply, which runs only on those models; its
     /// events are stored and forwarded by a thread of its own. Returns the request id.
-    pub fn reply(&self, job: ReplyJob, store: Arc<Mutex<Store>>) -> Result<u64, ErrorDto> {
+    pub fn reply(&self, job: ReplyJob, store: Arc<Mutex<Store>>) -> Result<u64, ErrorInfo> {
         let spec = job.settings.load_spec()?;
         drop(self.service.load(spec.clone()));
         let mut request = Request::new(Prompt::Chat(job.messages.clone()), job.settings.options()?);
@@ -127,7 +85,7 @@ impl Engine {
                 forward(&ticket, &job, &store);
                 cancels.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
             })
-            .map_err(|e| ErrorDto::new("internal", format!("starting a reply: {e}")))?;
+            .map_err(|e| ErrorInfo::new(ErrorCode::Internal, format!("starting a reply: {e}")))?;
         Ok(id)
     }
 
@@ -182,7 +140,7 @@ fn forward(ticket: &Ticket, job: &ReplyJob, store: &Mutex<Store>) {
                 let finish_reason = g.finish_reason.as_str();
                 store_end(store, job.message_id, &mut unsaved, Some(&g.stats), finish_reason);
                 ended = true;
-                outbox.send(ReplyEvent::Done { stats: g.stats, finish_reason });
+                outbox.send(ReplyEvent::Done { stats: g.stats, finish_reason: finish_reason.into() });
             }
             Event::Failed(e) => {
                 store_end(store, job.message_id, &mut unsaved, None, "error");

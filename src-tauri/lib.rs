@@ -1,6 +1,7 @@
 //! The Specula desktop shell: thin Tauri commands over the engine service (adapted in
 //! src-tauri/engine.rs) and the SQLite chat history (crates/store). No decoding logic lives here.
 
+pub mod bindings;
 mod commands;
 mod engine;
 mod error;
@@ -10,7 +11,7 @@ mod priority;
 mod settings;
 
 use engine::Engine;
-use error::ErrorDto;
+use error::{ErrorCode, ErrorInfo};
 use specula_store::Store;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -21,7 +22,7 @@ pub struct AppState {
     engine: Engine,
     pulls: Arc<library::Pulls>,
     /// What went wrong at start-up and was worked around, for the window to say once it opens.
-    notices: Vec<ErrorDto>,
+    notices: Vec<ErrorInfo>,
 }
 
 /// The history lives in the app's data folder; SPECULA_DATA_DIR moves it (tests, portable use).
@@ -35,7 +36,7 @@ fn data_dir(app: &tauri::App) -> Result<PathBuf, Box<dyn std::error::Error>> {
 /// Nothing stored may keep the app from starting: a history that cannot be opened is moved
 /// aside (the notice says where), and a folder where none can be written leaves a history
 /// kept in memory for this session, with a notice saying so.
-fn open_history(path: &std::path::Path, notices: &mut Vec<ErrorDto>) -> Store {
+fn open_history(path: &std::path::Path, notices: &mut Vec<ErrorInfo>) -> Store {
     match Store::open_or_set_aside(path) {
         Ok((store, None)) => store,
         Ok((store, Some(aside))) => {
@@ -45,13 +46,13 @@ fn open_history(path: &std::path::Path, notices: &mut Vec<ErrorDto>) -> Store {
                 aside.reason,
                 aside.moved_to.display()
             );
-            notices.push(ErrorDto::new("history_set_aside", message));
+            notices.push(ErrorInfo::new(ErrorCode::HistorySetAside, message));
             store
         }
         Err(e) => {
             tracing::error!("chat history: {e}");
             let message = format!("The chat history cannot be kept: {e}. Chats are kept until the app closes.");
-            notices.push(ErrorDto::new("history_in_memory", message));
+            notices.push(ErrorInfo::new(ErrorCode::HistoryInMemory, message));
             Store::open_in_memory().expect("an in-memory database opens")
         }
     }
@@ -59,7 +60,7 @@ fn open_history(path: &std::path::Path, notices: &mut Vec<ErrorDto>) -> Store {
 
 /// A stored setting that no longer reads (an older or damaged row) gives way to the default;
 /// its text is kept under `KEY.unreadable` and the user is told.
-fn read_setting<T: serde::de::DeserializeOwned>(store: &Store, key: &str, notices: &mut Vec<ErrorDto>) -> Option<T> {
+fn read_setting<T: serde::de::DeserializeOwned>(store: &Store, key: &str, notices: &mut Vec<ErrorInfo>) -> Option<T> {
     match store.setting::<T>(key) {
         Ok(value) => value,
         Err(e) => {
@@ -70,7 +71,7 @@ fn read_setting<T: serde::de::DeserializeOwned>(store: &Store, key: &str, notice
                 tracing::error!("setting {key}: could not set the unreadable value aside: {e}");
             }
             let message = format!("The saved {key} could not be read ({e}); the defaults are used. The old value is kept as {key}.unreadable.");
-            notices.push(ErrorDto::new("settings_reset", message));
+            notices.push(ErrorInfo::new(ErrorCode::SettingsReset, message));
             None
         }
     }
@@ -158,31 +159,7 @@ pub fn run() {
                 priority::webview_gives_way();
             }
         })
-        .invoke_handler(tauri::generate_handler![
-            commands::engine_status,
-            commands::startup_notices,
-            commands::list_models,
-            commands::add_model,
-            commands::apply_models,
-            commands::get_settings,
-            commands::save_settings,
-            commands::list_conversations,
-            commands::get_conversation,
-            commands::create_conversation,
-            commands::rename_conversation,
-            commands::set_system_prompt,
-            commands::delete_conversation,
-            commands::add_message,
-            commands::truncate_messages,
-            commands::reply,
-            commands::cancel_reply,
-            commands::open_link,
-            library::catalogue,
-            library::recommended_pair,
-            library::pull_model,
-            library::cancel_pull,
-            library::diagnose,
-        ])
+        .invoke_handler(bindings::builder().invoke_handler())
         .run(tauri::generate_context!());
     if let Err(e) = result {
         eprintln!("error: {e}");

@@ -2,12 +2,12 @@
 //! streamed as progress events over a channel and cancellable by id, and the compatibility
 //! doctor. The work is in specula-hub and the engine; this file only wires it to IPC.
 
-use crate::error::{CommandResult, ErrorDto};
+use crate::error::{CommandResult, ErrorCode, ErrorInfo};
 use crate::AppState;
-use serde::Serialize;
-use specula_engine::catalogue::{recommended, CatalogueModel, Family, CATALOGUE};
 use specula_engine::inspect::available_memory;
+use specula_engine::protocol::{CatalogueEntry, Diagnosis, ModelRole, PullEvent, RecommendedPair};
 use specula_engine::DEFAULT_CONTEXT;
+use specula_hub::catalogue::{recommended, CatalogueModel, Family, CATALOGUE};
 use specula_hub::{local_models, Hub};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -23,27 +23,13 @@ pub struct Pulls {
     cancels: Mutex<HashMap<u64, Arc<AtomicBool>>>,
 }
 
-#[derive(Serialize)]
-pub struct CatalogueEntry {
-    family: &'static str,
-    role: &'static str,
-    name: &'static str,
-    repo: &'static str,
-    file: &'static str,
-    file_mb: u32,
-    memory_mb: u64,
-    /// The file in the Hugging Face cache, when it is there.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    path: Option<PathBuf>,
-}
-
-fn entry(hub: &Hub, family: &'static Family, role: &'static str, m: &'static CatalogueModel) -> CatalogueEntry {
+fn entry(hub: &Hub, family: &'static Family, role: ModelRole, m: &'static CatalogueModel) -> CatalogueEntry {
     CatalogueEntry {
-        family: family.name,
+        family: family.name.into(),
         role,
-        name: m.name,
-        repo: m.repo,
-        file: m.file,
+        name: m.name.into(),
+        repo: m.repo.into(),
+        file: m.file.into(),
         file_mb: m.file_mb,
         memory_mb: m.expected_memory_mb(DEFAULT_CONTEXT),
         path: hub.cached(m.repo, "main", m.file),
@@ -51,25 +37,23 @@ fn entry(hub: &Hub, family: &'static Family, role: &'static str, m: &'static Cat
 }
 
 #[tauri::command]
+#[specta::specta]
 pub fn catalogue() -> Vec<CatalogueEntry> {
     let hub = Hub::from_env();
     let mut entries = Vec::new();
     for family in CATALOGUE {
-        let roles = family.targets.iter().map(|m| ("target", m)).chain(family.drafts.iter().map(|m| ("draft", m)));
+        let roles = family
+            .targets
+            .iter()
+            .map(|m| (ModelRole::Target, m))
+            .chain(family.drafts.iter().map(|m| (ModelRole::Draft, m)));
         entries.extend(roles.map(|(role, m)| entry(&hub, family, role, m)));
     }
     entries
 }
 
-/// The pair a first run offers to download, with why it suits this machine.
-#[derive(Serialize)]
-pub struct RecommendedPair {
-    target: CatalogueEntry,
-    draft: CatalogueEntry,
-    reason: String,
-}
-
 #[tauri::command]
+#[specta::specta]
 pub fn recommended_pair() -> Option<RecommendedPair> {
     let available_mb = available_memory().unwrap_or(8 << 30) >> 20;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -82,8 +66,8 @@ pub fn recommended_pair() -> Option<RecommendedPair> {
         pick.draft.name
     );
     Some(RecommendedPair {
-        target: entry(&hub, pick.family, "target", pick.target),
-        draft: entry(&hub, pick.family, "draft", pick.draft),
+        target: entry(&hub, pick.family, ModelRole::Target, pick.target),
+        draft: entry(&hub, pick.family, ModelRole::Draft, pick.draft),
         reason,
     })
 }
@@ -93,16 +77,9 @@ pub fn cached_models() -> Vec<PathBuf> {
     local_models(Hub::from_env().cache_dir(), &[]).into_iter().map(|m| m.path).collect()
 }
 
-#[derive(Clone, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum PullEvent {
-    Progress { done: u64, total: u64, bytes_per_second: f64, eta_seconds: Option<f64> },
-    Done { path: PathBuf },
-    Error { code: String, message: String },
-}
-
 /// Start downloading `file` of `repo`; progress, the end and any error arrive on `on_event`.
 #[tauri::command]
+#[specta::specta]
 pub fn pull_model(state: State<'_, AppState>, repo: String, file: String, on_event: Channel<PullEvent>) -> u64 {
     let id = state.pulls.next.fetch_add(1, Ordering::Relaxed);
     let cancel = Arc::new(AtomicBool::new(false));
@@ -128,7 +105,7 @@ pub fn pull_model(state: State<'_, AppState>, repo: String, file: String, on_eve
         };
         let event = match hub.download(&repo, "main", &file, &mut report, &cancel) {
             Ok(path) => PullEvent::Done { path },
-            Err(e) => PullEvent::Error { code: e.code().into(), message: e.to_string() },
+            Err(e) => PullEvent::Error { code: e.error_code(), message: e.to_string() },
         };
         pulls.cancels.lock().expect("pulls lock").remove(&id);
         let _ = on_event.send(event);
@@ -142,37 +119,36 @@ const PULLS_AT_ONCE: usize = 2;
 
 /// Only model files are fetched (the window asks for catalogue entries; anything else asking
 /// is refused), and a few at a time.
-fn pull_allowed(file: &str, running: usize) -> Result<(), ErrorDto> {
+fn pull_allowed(file: &str, running: usize) -> Result<(), ErrorInfo> {
     if !file.to_ascii_lowercase().ends_with(".gguf") {
-        return Err(ErrorDto::new("path_not_allowed", format!("{file}: only .gguf model files are downloaded")));
+        return Err(ErrorInfo::new(
+            ErrorCode::PathNotAllowed,
+            format!("{file}: only .gguf model files are downloaded"),
+        ));
     }
     if running >= PULLS_AT_ONCE {
         let message = format!("{PULLS_AT_ONCE} downloads are running; start this one when one of them ends");
-        return Err(ErrorDto::new("busy", message));
+        return Err(ErrorInfo::new(ErrorCode::Busy, message));
     }
     Ok(())
 }
 
 #[tauri::command]
+#[specta::specta]
 pub fn cancel_pull(state: State<'_, AppState>, id: u64) -> bool {
     let cancels = state.pulls.cancels.lock().expect("pulls lock");
     cancels.get(&id).map(|c| c.store(true, Ordering::Relaxed)).is_some()
 }
 
-#[derive(Serialize)]
-pub struct DiagnosisDto {
-    compatible: bool,
-    text: String,
-}
-
 #[tauri::command]
-pub async fn diagnose(target: String, draft: String) -> CommandResult<DiagnosisDto> {
+#[specta::specta]
+pub async fn diagnose(target: String, draft: String) -> CommandResult<Diagnosis> {
     let (target, draft) = (crate::paths::model_path(&target)?, crate::paths::model_path(&draft)?);
     let work = move || {
-        let d = specula_engine::doctor::diagnose(&target, &draft)?;
-        Ok::<_, ErrorDto>(DiagnosisDto { compatible: d.compatible, text: d.to_string() })
+        let d = specula_hub::doctor::diagnose(&target, &draft)?;
+        Ok::<_, ErrorInfo>(Diagnosis { compatible: d.compatible, text: d.to_string() })
     };
-    tauri::async_runtime::spawn_blocking(work).await.map_err(|e| ErrorDto::new("internal", e.to_string()))?
+    tauri::async_runtime::spawn_blocking(work).await.map_err(|e| ErrorInfo::new(ErrorCode::Internal, e.to_string()))?
 }
 
 #[cfg(test)]

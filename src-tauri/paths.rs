@@ -4,7 +4,7 @@
 //! Hugging Face cache), without `..`, or as one of the files the user added by path, each of
 //! which was checked to be a readable GGUF model when it was added.
 
-use crate::error::ErrorDto;
+use crate::error::{ErrorCode, ErrorInfo};
 use std::path::{Component, Path, PathBuf};
 use std::sync::RwLock;
 
@@ -23,9 +23,9 @@ pub fn added() -> Vec<PathBuf> {
 /// Check a file the user names as a model: a plain absolute `.gguf` path to a regular file
 /// whose header reads as a model (the header only; nothing of a non-GGUF file is reported).
 /// Returns the list of added files with it, to be remembered.
-pub fn add(path: &str) -> Result<Vec<PathBuf>, ErrorDto> {
+pub fn add(path: &str) -> Result<Vec<PathBuf>, ErrorInfo> {
     let candidate = Path::new(path);
-    let refuse = |why: &str| ErrorDto::new("path_not_allowed", format!("{path}: {why}"));
+    let refuse = |why: &str| ErrorInfo::new(ErrorCode::PathNotAllowed, format!("{path}: {why}"));
     if !candidate.is_absolute() || candidate.components().any(|c| matches!(c, Component::ParentDir | Component::CurDir))
     {
         return Err(refuse("not a plain absolute path"));
@@ -50,11 +50,14 @@ pub fn model_roots() -> Vec<PathBuf> {
 }
 
 /// `path` if it names a `.gguf` file inside one of `roots`; the error says where models go.
-pub fn confine(path: &str, roots: &[PathBuf]) -> Result<PathBuf, ErrorDto> {
+pub fn confine(path: &str, roots: &[PathBuf]) -> Result<PathBuf, ErrorInfo> {
     let candidate = Path::new(path);
     let refuse = |why: &str| {
         let places: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
-        ErrorDto::new("path_not_allowed", format!("{path}: {why}; models are read from {}", places.join(" and ")))
+        ErrorInfo::new(
+            ErrorCode::PathNotAllowed,
+            format!("{path}: {why}; models are read from {}", places.join(" and ")),
+        )
     };
     if !candidate.is_absolute() || candidate.components().any(|c| matches!(c, Component::ParentDir | Component::CurDir))
     {
@@ -70,7 +73,7 @@ pub fn confine(path: &str, roots: &[PathBuf]) -> Result<PathBuf, ErrorDto> {
 }
 
 /// [`confine`] against the model folders, or one of the files added by path.
-pub fn model_path(path: &str) -> Result<PathBuf, ErrorDto> {
+pub fn model_path(path: &str) -> Result<PathBuf, ErrorInfo> {
     match added().into_iter().find(|added| added.as_os_str() == path) {
         Some(added) => Ok(added),
         None => confine(path, &model_roots()),

@@ -1,75 +1,34 @@
-//! The user's settings, as the UI edits them and the history database keeps them.
+//! What the engine makes of the user's settings (`AppSettings`, a type of the contract: the UI
+//! edits them and the history database keeps them).
 
-use crate::error::ErrorDto;
-use serde::{Deserialize, Serialize};
+use crate::error::{ErrorCode, ErrorInfo};
 use specula_engine::service::LoadSpec;
-use specula_engine::speculative::KSetting;
 use specula_engine::{DrafterKind, GenerateOptions, Mode, SamplingParams};
 use std::hash::{BuildHasher, Hasher};
-use std::path::PathBuf;
 
-const DEFAULT_TARGET: &str = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf";
-const DEFAULT_DRAFT: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
+pub use specula_engine::protocol::app::{models_dir, AppSettings};
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AppSettings {
-    pub target: String,
-    /// The draft model's path; kept when another drafter is chosen, to switch back.
-    pub draft: String,
-    pub drafter: DrafterKind,
-    /// 1 to 16, or "auto".
-    pub k: KSetting,
-    pub mode: Mode,
-    pub temperature: f32,
-    pub top_p: f32,
-    pub top_k: usize,
-    /// A pinned seed; `None` draws a fresh one for each reply, so Regenerate gives a new one.
-    #[serde(default)]
-    pub seed: Option<u64>,
-    pub max_tokens: usize,
-    pub context: usize,
-    pub device: String,
-}
-
-/// Where models are looked for: SPECULA_MODELS_DIR, else the cache scripts/fetch-models.sh fills.
-pub fn models_dir() -> PathBuf {
-    match std::env::var_os("SPECULA_MODELS_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        None => std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default().join(".cache/specula/models"),
-    }
-}
-
-impl Default for AppSettings {
-    fn default() -> Self {
-        let dir = models_dir();
-        let sampling = SamplingParams::default();
-        Self {
-            target: dir.join(DEFAULT_TARGET).to_string_lossy().into_owned(),
-            draft: dir.join(DEFAULT_DRAFT).to_string_lossy().into_owned(),
-            drafter: DrafterKind::Model,
-            k: KSetting::default(),
-            mode: sampling.mode,
-            temperature: sampling.temperature,
-            top_p: sampling.top_p,
-            top_k: sampling.top_k,
-            seed: None,
-            max_tokens: 512,
-            context: specula_engine::DEFAULT_CONTEXT,
-            device: "auto".into(),
-        }
-    }
-}
-
-impl AppSettings {
+/// What the engine makes of the user's settings: the models to load and the options of a reply.
+pub trait EngineSettings {
     /// The models these settings need: the draft only when it drafts. Both paths must lie in
     /// the model folders (they come from the webview).
-    pub fn load_spec(&self) -> Result<LoadSpec, ErrorDto> {
+    fn load_spec(&self) -> Result<LoadSpec, ErrorInfo>;
+    /// Refuse settings whose model paths lie outside the model folders, before they are stored.
+    fn check_paths(&self) -> Result<(), ErrorInfo>;
+    fn options(&self) -> specula_engine::Result<GenerateOptions>;
+    /// The settings for one reply: a seed drawn now unless one is pinned, so that the label
+    /// stored with the reply names the seed that made it.
+    fn for_one_reply(&self) -> Self;
+}
+
+impl EngineSettings for AppSettings {
+    fn load_spec(&self) -> Result<LoadSpec, ErrorInfo> {
         if self.target.is_empty() {
-            return Err(ErrorDto::new("invalid_setting", "Choose a target model"));
+            return Err(ErrorInfo::new(ErrorCode::InvalidSetting, "Choose a target model"));
         }
         let draft = match self.drafter {
             DrafterKind::Model if self.draft.is_empty() => {
-                return Err(ErrorDto::new("invalid_setting", "Choose a draft model, prompt lookup or none"))
+                return Err(ErrorInfo::new(ErrorCode::InvalidSetting, "Choose a draft model, prompt lookup or none"))
             }
             DrafterKind::Model => Some(crate::paths::model_path(&self.draft)?),
             DrafterKind::Lookup | DrafterKind::None => None,
@@ -79,15 +38,14 @@ impl AppSettings {
         Ok(LoadSpec { target, draft, draft_vocab, context: self.context, device: self.device.clone() })
     }
 
-    /// Refuse settings whose model paths lie outside the model folders, before they are stored.
-    pub fn check_paths(&self) -> Result<(), ErrorDto> {
+    fn check_paths(&self) -> Result<(), ErrorInfo> {
         for path in [&self.target, &self.draft].into_iter().filter(|p| !p.is_empty()) {
             crate::paths::model_path(path)?;
         }
         Ok(())
     }
 
-    pub fn options(&self) -> specula_engine::Result<GenerateOptions> {
+    fn options(&self) -> specula_engine::Result<GenerateOptions> {
         let greedy = self.mode == Mode::Greedy;
         let sampling = SamplingParams {
             mode: self.mode,
@@ -101,27 +59,9 @@ impl AppSettings {
         Ok(GenerateOptions { max_tokens: self.max_tokens.max(1), sampling, stop: Vec::new(), ..Default::default() })
     }
 
-    /// The settings for one reply: a seed drawn now unless one is pinned, so that the label
-    /// stored with the reply names the seed that made it.
-    pub fn for_one_reply(&self) -> Self {
+    fn for_one_reply(&self) -> Self {
         let seed = self.seed.unwrap_or_else(|| std::collections::hash_map::RandomState::new().build_hasher().finish());
         Self { seed: Some(seed), ..self.clone() }
-    }
-
-    /// How a reply was made, stored with it: "draft model · k auto · greedy", or with the seed
-    /// when it sampled ("· sample · seed 7").
-    pub fn label(&self) -> String {
-        let mut mode =
-            serde_json::to_value(self.mode).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default();
-        if let (false, Some(seed)) = (self.mode == Mode::Greedy, self.seed) {
-            mode = format!("{mode} · seed {seed}");
-        }
-        let k = self.k;
-        match self.drafter {
-            DrafterKind::None => format!("plain · {mode}"),
-            DrafterKind::Lookup => format!("prompt lookup · k {k} · {mode}"),
-            DrafterKind::Model => format!("draft model · k {k} · {mode}"),
-        }
     }
 }
 
@@ -139,6 +79,7 @@ mod tests {
     }
 
     use super::*;
+    use specula_engine::speculative::KSetting;
 
     #[test]
     fn k_reads_numbers_and_auto_and_refuses_the_rest() {

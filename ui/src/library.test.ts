@@ -151,7 +151,7 @@ describe('the recommended pair', () => {
       },
       diagnose: async () => ({ compatible: true, text: '' }),
       pull: async (_repo, _file, onEvent) => {
-        setTimeout(() => onEvent({ kind: 'error', code: 'network', message: 'the Hub could not be reached' }));
+        setTimeout(() => onEvent({ kind: 'error', code: 'http', message: 'the Hub could not be reached' }));
         return { cancel: async () => {} };
       },
     };

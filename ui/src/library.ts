@@ -2,7 +2,7 @@
 // and a live progress line per model, and the compatibility doctor for any two local models.
 
 import type { CatalogueEntry, Library, ModelEntry, PullEvent, PullHandle, RecommendedPair } from './api/types';
-import { toBackendError } from './api/types';
+import { asErrorCode, toBackendError } from './api/types';
 
 const mb = (bytes: number) => (bytes / 1e6).toFixed(1);
 
@@ -39,7 +39,7 @@ function startDownload(library: Library, entry: CatalogueEntry, show: (event: Pu
     },
     (e) => {
       const { code, message } = toBackendError(e);
-      onEvent({ kind: 'error', code, message });
+      onEvent({ kind: 'error', code: asErrorCode(code), message });
     },
   );
 }
@@ -193,7 +193,7 @@ function catalogueRow(library: Library, entry: CatalogueEntry, onPulled: () => v
     pulling();
     if (running.last) show(running.last);
   } else {
-    idle(entry.path);
+    idle(entry.path ?? undefined);
   }
   button.addEventListener('click', () => {
     const download = downloads.get(entry.file);

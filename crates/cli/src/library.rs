@@ -5,7 +5,6 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use specula_hub::{local_models, Hub, Progress};
 use std::io::IsTerminal;
-use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 
 #[derive(Args)]
@@ -107,7 +106,7 @@ pub struct ModelsArgs {
 /// The Hugging Face cache (ours and other tools') and Specula's own models folder.
 pub fn models(args: ModelsArgs) -> Result<(), String> {
     let hub = Hub::from_env();
-    let folders: Vec<PathBuf> = specula_models_dir().into_iter().collect();
+    let folders = vec![specula_engine::protocol::app::models_dir()];
     let models = local_models(hub.cache_dir(), &folders);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&models).map_err(|e| e.to_string())?);
@@ -121,13 +120,6 @@ pub fn models(args: ModelsArgs) -> Result<(), String> {
         println!("{:>8.1} MB  {source}  {}\n             {}", m.bytes as f64 / 1e6, m.file, m.path.display());
     }
     Ok(())
-}
-
-/// `SPECULA_MODELS_DIR`, or ~/.cache/specula/models where the set-up scripts put models.
-fn specula_models_dir() -> Option<PathBuf> {
-    std::env::var_os("SPECULA_MODELS_DIR")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/specula/models")))
 }
 
 #[cfg(test)]

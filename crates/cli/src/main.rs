@@ -114,7 +114,7 @@ const TRIAL_CONTEXT: usize = 1024;
 
 /// Exit status 0 when the pair can pair, 1 when it cannot, 2 on an error.
 fn doctor(args: DoctorArgs) -> Result<ExitCode, String> {
-    let diagnosis = specula_engine::doctor::diagnose(&args.target, &args.draft).map_err(|e| e.to_string())?;
+    let diagnosis = specula_hub::doctor::diagnose(&args.target, &args.draft).map_err(|e| e.to_string())?;
     let trial = match args.trial && diagnosis.compatible {
         true => Some(doctor_trial(&args)?),
         false => None,
@@ -132,14 +132,14 @@ fn doctor(args: DoctorArgs) -> Result<ExitCode, String> {
     Ok(if diagnosis.compatible { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
-fn doctor_trial(args: &DoctorArgs) -> Result<specula_engine::doctor::Trial, String> {
+fn doctor_trial(args: &DoctorArgs) -> Result<specula_hub::doctor::Trial, String> {
     if args.trial_tokens == 0 {
         return Err("--trial-tokens must be at least 1: a trial of no tokens measures nothing".into());
     }
     let device = specula_engine::device::select(&args.device).map_err(|e| e.to_string())?;
     let mut session = specula_engine::Session::load(&args.target, &device, TRIAL_CONTEXT).map_err(|e| e.to_string())?;
     session.load_draft(&args.draft, &device).map_err(|e| e.to_string())?;
-    specula_engine::doctor::trial(&mut session, args.trial_tokens).map_err(|e| e.to_string())
+    specula_hub::doctor::trial(&mut session, args.trial_tokens).map_err(|e| e.to_string())
 }
 
 /// Model, draft and device options shared by the commands that decode.
@@ -189,7 +189,7 @@ pub struct SamplingArgs {
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// Most tokens to generate.
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = specula_engine::protocol::DEFAULT_MAX_TOKENS)]
     pub max_tokens: usize,
     /// Stop when the reply contains this text (repeatable).
     #[arg(long)]

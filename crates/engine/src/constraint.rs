@@ -12,23 +12,18 @@ use crate::error::{Error, Result};
 use crate::tokenizer::Tokenizer;
 use llguidance::api::TopLevelGrammar;
 use llguidance::Matcher;
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
-/// What a reply must match.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum Grammar {
-    /// Any JSON object (OpenAI's `response_format: json_object`).
-    JsonObject,
-    /// A value of this JSON schema (`json_schema`, and forced tool calls).
-    JsonSchema { schema: Value },
-}
+pub use specula_protocol::Grammar;
 
-impl Grammar {
+/// Compiling a [`Grammar`] to see whether it can be used.
+pub trait GrammarCheck {
     /// Refuse a schema llguidance cannot compile, before a reply is queued: compiled against
     /// a vocabulary of single bytes, which every schema error shows on.
-    pub fn validate(&self) -> Result<()> {
+    fn validate(&self) -> Result<()>;
+}
+
+impl GrammarCheck for Grammar {
+    fn validate(&self) -> Result<()> {
         let env = toktrie::ApproximateTokEnv::single_byte_env();
         let mut factory = llguidance::ParserFactory::new_simple(&env).map_err(grammar_error)?;
         factory.quiet();
@@ -37,19 +32,6 @@ impl Grammar {
             Some(e) => Err(Error::Grammar(e)),
             None => Ok(()),
         }
-    }
-
-    fn schema(&self) -> Value {
-        let mut schema = match self {
-            Grammar::JsonObject => serde_json::json!({ "type": "object" }),
-            Grammar::JsonSchema { schema } => schema.clone(),
-        };
-        // Compact JSON: with free whitespace a model can pad a reply with newlines until its
-        // token limit, and nothing is lost without it.
-        if let Some(object) = schema.as_object_mut() {
-            object.insert("x-guidance".into(), serde_json::json!({ "whitespace_flexible": false, "lenient": true }));
-        }
-        schema
     }
 }
 
@@ -109,7 +91,7 @@ impl Constraint {
     /// Bring the matcher to the state after `reply`: roll back what it consumed beyond their
     /// common prefix, then consume the rest up to the reply's end.
     fn follow(&mut self, reply: &[u32]) -> Result<()> {
-        let common = crate::generate::common_prefix(&self.consumed, reply);
+        let common = crate::tokenizer::common_prefix(&self.consumed, reply);
         if common == self.consumed.len() && common == reply.len() {
             return Ok(());
         }

@@ -79,23 +79,11 @@ pub(crate) fn first_line(error: &impl std::fmt::Display) -> String {
     error.to_string().lines().next().unwrap_or_default().to_string()
 }
 
-/// An error as it crosses a boundary (IPC, HTTP, a status report): a stable code to switch
-/// on and the message to show. Cloneable, unlike [`Error`], so a status can keep one.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ErrorInfo {
-    pub code: String,
-    pub message: String,
-}
-
-impl ErrorInfo {
-    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { code: code.into(), message: message.into() }
-    }
-}
+pub use specula_protocol::{ErrorCode, ErrorInfo};
 
 impl From<&Error> for ErrorInfo {
     fn from(e: &Error) -> Self {
-        Self::new(e.code(), e.to_string())
+        Self::new(e.error_code(), e.to_string())
     }
 }
 
@@ -108,25 +96,35 @@ impl From<Error> for ErrorInfo {
 impl Error {
     /// A stable machine-readable code, for the IPC and HTTP boundaries.
     pub fn code(&self) -> &'static str {
+        self.error_code().as_str()
+    }
+
+    pub fn error_code(&self) -> ErrorCode {
         match self {
-            Error::Io { .. } => "io",
-            Error::NotGguf { .. } => "not_gguf",
-            Error::Truncated { .. } => "truncated",
-            Error::BadHeader { .. } => "bad_header",
-            Error::UnsupportedArchitecture { .. } => "unsupported_architecture",
-            Error::BadMetadata(_) => "bad_metadata",
-            Error::Tokenizer(_) => "tokenizer",
-            Error::Template(_) => "template",
-            Error::ContextOverflow { .. } => "context_overflow",
-            Error::ModelTooLarge { .. } => "model_too_large",
-            Error::IncompatibleDraft(_) => "incompatible_draft",
-            Error::InvalidSetting(_) => "invalid_setting",
-            Error::Grammar(_) => "invalid_grammar",
-            Error::InvalidLogits(_) => "invalid_logits",
-            Error::Busy { .. } => "busy",
-            Error::NoModel(_) => "no_model",
-            Error::JobPanicked(_) => "engine_panic",
-            Error::Candle(_) => "compute",
+            Error::Io { .. } => ErrorCode::Io,
+            Error::NotGguf { .. } => ErrorCode::NotGguf,
+            Error::Truncated { .. } => ErrorCode::Truncated,
+            Error::BadHeader { .. } => ErrorCode::BadHeader,
+            Error::UnsupportedArchitecture { .. } => ErrorCode::UnsupportedArchitecture,
+            Error::BadMetadata(_) => ErrorCode::BadMetadata,
+            Error::Tokenizer(_) => ErrorCode::Tokenizer,
+            Error::Template(_) => ErrorCode::Template,
+            Error::ContextOverflow { .. } => ErrorCode::ContextOverflow,
+            Error::ModelTooLarge { .. } => ErrorCode::ModelTooLarge,
+            Error::IncompatibleDraft(_) => ErrorCode::IncompatibleDraft,
+            Error::InvalidSetting(_) => ErrorCode::InvalidSetting,
+            Error::Grammar(_) => ErrorCode::InvalidGrammar,
+            Error::InvalidLogits(_) => ErrorCode::InvalidLogits,
+            Error::Busy { .. } => ErrorCode::Busy,
+            Error::NoModel(_) => ErrorCode::NoModel,
+            Error::JobPanicked(_) => ErrorCode::EngineFailure,
+            Error::Candle(_) => ErrorCode::Compute,
         }
+    }
+}
+
+impl From<specula_protocol::InvalidSetting> for Error {
+    fn from(e: specula_protocol::InvalidSetting) -> Self {
+        Error::InvalidSetting(e.0)
     }
 }

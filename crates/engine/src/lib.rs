@@ -9,13 +9,11 @@
 //! [`TokenSink`], and a sink that answers [`Flow::Stop`] cancels the generation.
 
 pub mod attention;
-pub mod catalogue;
 pub mod chat;
 pub mod constraint;
+pub mod decode;
 pub mod device;
-pub mod doctor;
 pub mod error;
-pub mod generate;
 pub mod gguf;
 pub mod inspect;
 pub mod kernels;
@@ -28,29 +26,29 @@ pub mod service;
 pub mod session;
 pub mod speculative;
 pub mod stop;
+#[cfg(feature = "synth")]
 pub mod synth;
 pub mod tokenizer;
 
 pub use candle_core;
 pub use chat::{ChatTemplate, FunctionCall, Message, Role, ToolCall};
-pub use error::{Error, ErrorInfo, Result};
-pub use generate::{
+pub use decode::{
     generate_plain, Alternative, CachedModel, FinishReason, Flow, GenerateOptions, Generation, GenerationStats,
     NullSink, Source, SpeculativeStats, StepEvent, TokenEvent, TokenSink, MAX_ALTERNATIVES, PLAIN_STEP_EVERY,
 };
+pub use error::{Error, ErrorInfo, Result};
 pub use inspect::{check_draft_for, inspect, ModelCard};
 pub use models::{CausalLm, ModelInfo};
 pub use sampling::{Mode, SamplingParams};
 pub use session::{Decoding, DrafterKind, Session};
+pub use specula_protocol as protocol;
 pub use speculative::{check_pair, generate_speculative, DraftModel, Drafter, KSetting, SpeculativeOptions};
 pub use stop::StopStrings;
 pub use tokenizer::Tokenizer;
 
 use std::path::Path;
 
-/// Default KV cache size: long enough for a chat, small enough to preallocate
-/// (the 1.5B target needs 28 layers x 2 x 2 heads x 128 x 4 B = 57 KiB per position).
-pub const DEFAULT_CONTEXT: usize = 4096;
+pub use specula_protocol::DEFAULT_CONTEXT;
 
 /// Tokens a draft may propose by default ([`Session::set_draft_vocab`]), besides the special
 /// tokens and the conversation's own; `None`: all of them. Measured with the Qwen2.5-Coder

@@ -3,102 +3,24 @@
 
 use crate::constraint::Constraint;
 use crate::error::{Error, Result};
-use crate::generate::GenerateOptions;
 use crate::tokenizer::Tokenizer;
 use rand::Rng;
-use serde::{Deserialize, Serialize};
+use specula_protocol::GenerateOptions;
 use std::borrow::Cow;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// The most likely token.
-    Greedy,
-    /// Random draws; speculative decoding keeps the target's distribution (Leviathan et al.).
-    Sample,
-    /// Gumbel-max sampling with noise fixed by (seed, position in the reply): target-distributed,
-    /// and token-identical to plain decoding with the same seed for any draft and any k.
-    #[default]
-    Reproducible,
+pub use specula_protocol::{Mode, SamplingParams};
+
+/// [`SamplingParams`] applied to scores: the distribution a token is drawn from.
+pub trait TokenDistribution {
+    fn penalized<'a>(&self, logits: &'a [f32], history: &[u32]) -> Cow<'a, [f32]>;
+    fn probabilities(&self, logits: &[f32], history: &[u32]) -> Result<Vec<f32>>;
+    fn greedy_token(&self, logits: &[f32], history: &[u32]) -> u32;
 }
 
-impl std::str::FromStr for Mode {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "greedy" => Ok(Mode::Greedy),
-            "sample" => Ok(Mode::Sample),
-            "reproducible" => Ok(Mode::Reproducible),
-            _ => Err(Error::InvalidSetting(format!("mode `{s}`: expected greedy, sample or reproducible"))),
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct SamplingParams {
-    pub mode: Mode,
-    pub temperature: f32,
-    /// Keep the k most likely tokens; 0 keeps all.
-    pub top_k: usize,
-    /// Keep the smallest set whose probability reaches top_p; 1 keeps all.
-    pub top_p: f32,
-    /// Drop tokens below min_p times the most likely one's probability; 0 keeps all.
-    pub min_p: f32,
-    /// Divide positive logits (multiply negative ones) of tokens already seen; 1 is off.
-    pub repetition_penalty: f32,
-    pub seed: u64,
-}
-
-impl Default for SamplingParams {
-    /// llama.cpp's defaults, with reproducible sampling.
-    fn default() -> Self {
-        Self {
-            mode: Mode::Reproducible,
-            temperature: 0.8,
-            top_k: 40,
-            top_p: 0.95,
-            min_p: 0.05,
-            repetition_penalty: 1.0,
-            seed: 42,
-        }
-    }
-}
-
-impl SamplingParams {
-    pub fn greedy() -> Self {
-        Self { mode: Mode::Greedy, ..Self::default() }
-    }
-
-    /// Greedy when asked for, or when the temperature is zero.
-    pub fn effective_mode(&self) -> Mode {
-        if self.temperature <= 0.0 {
-            Mode::Greedy
-        } else {
-            self.mode
-        }
-    }
-
-    pub fn validate(&self) -> Result<()> {
-        let bad = |what: String| Err(Error::InvalidSetting(what));
-        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
-            return bad(format!("temperature {} must be 0 or more", self.temperature));
-        }
-        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return bad(format!("top_p {} must be in (0, 1]", self.top_p));
-        }
-        if !(0.0..1.0).contains(&self.min_p) {
-            return bad(format!("min_p {} must be in [0, 1)", self.min_p));
-        }
-        if !(self.repetition_penalty > 0.0 && self.repetition_penalty.is_finite()) {
-            return bad(format!("repetition_penalty {} must be positive", self.repetition_penalty));
-        }
-        Ok(())
-    }
-
+impl TokenDistribution for SamplingParams {
     /// Logits with the repetition penalty applied over the last 64 tokens of `history`
     /// (llama.cpp's default window).
-    pub fn penalized<'a>(&self, logits: &'a [f32], history: &[u32]) -> Cow<'a, [f32]> {
+    fn penalized<'a>(&self, logits: &'a [f32], history: &[u32]) -> Cow<'a, [f32]> {
         const WINDOW: usize = 64;
         if self.repetition_penalty == 1.0 {
             return Cow::Borrowed(logits); // the usual case: no copy of 150k scores per position
@@ -119,7 +41,7 @@ impl SamplingParams {
     /// renormalised. In greedy mode it is the plain softmax (for display: p and q).
     /// An error when the scores hold NaN or infinities (corrupt weights give them), which
     /// would otherwise leave no token to draw.
-    pub fn probabilities(&self, logits: &[f32], history: &[u32]) -> Result<Vec<f32>> {
+    fn probabilities(&self, logits: &[f32], history: &[u32]) -> Result<Vec<f32>> {
         check_logits(logits)?;
         let logits = self.penalized(logits, history);
         if self.effective_mode() == Mode::Greedy {
@@ -131,7 +53,7 @@ impl SamplingParams {
     }
 
     /// The greedy token: argmax of the penalised logits (first index on ties).
-    pub fn greedy_token(&self, logits: &[f32], history: &[u32]) -> u32 {
+    fn greedy_token(&self, logits: &[f32], history: &[u32]) -> u32 {
         argmax(&self.penalized(logits, history))
     }
 }
@@ -139,7 +61,7 @@ impl SamplingParams {
 /// A token chosen under [`SamplingParams`], with the distribution it came from.
 pub struct Choice {
     pub token: u32,
-    /// The distribution (see [`SamplingParams::probabilities`]).
+    /// The distribution (see [`TokenDistribution::probabilities`]).
     pub probs: Vec<f32>,
 }
 

@@ -1,26 +1,16 @@
 //! A target model with an optional draft: what every client (CLI, server, app) holds.
 
 use crate::chat::Message;
+use crate::decode::{GenerateOptions, Generation, TokenSink};
 use crate::error::{Error, Result};
-use crate::generate::{GenerateOptions, Generation, TokenSink};
 use crate::speculative::{
-    check_pair, generate_speculative, CostModel, DraftModel, Drafter, KSetting, PromptLookup, SpeculativeOptions,
+    check_pair, generate_speculative, CostModel, DraftModel, Drafter, PromptLookup, SpeculativeOptions,
 };
 use crate::{LoadedModel, ModelInfo};
 use candle_core::Device;
 use std::path::Path;
 
-/// Who proposes tokens for the target to verify.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DrafterKind {
-    /// Plain decoding.
-    None,
-    /// The loaded draft model.
-    Model,
-    /// n-grams from the conversation.
-    Lookup,
-}
+pub use specula_protocol::{Decoding, DrafterKind};
 
 /// The text token frequencies are counted in: the default target's own replies to prompts
 /// of code and prose (`scripts/draft-corpus.sh` writes it; none are bench prompts).
@@ -44,32 +34,6 @@ pub fn pruned_vocab(tokenizer: &crate::Tokenizer, n: usize) -> Vec<u32> {
     ids.sort_unstable();
     ids.dedup();
     ids
-}
-
-impl std::str::FromStr for DrafterKind {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s {
-            "none" => Ok(DrafterKind::None),
-            "model" => Ok(DrafterKind::Model),
-            "lookup" => Ok(DrafterKind::Lookup),
-            _ => Err(Error::InvalidSetting(format!("drafter `{s}`: expected model, lookup or none"))),
-        }
-    }
-}
-
-/// How one reply is decoded: who drafts and how far. A value every call carries, so no
-/// reply's choice can outlive it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Decoding {
-    pub drafter: DrafterKind,
-    pub k: KSetting,
-}
-
-impl Decoding {
-    pub fn plain() -> Self {
-        Self { drafter: DrafterKind::None, k: KSetting::default() }
-    }
 }
 
 /// The loaded models and what they have measured. It holds no per-reply settings: those

@@ -3,12 +3,9 @@
 //! at the first match ([`StopStrings::find_new`]); the server's stream holds back text that may
 //! still become one ([`StopStrings::claimed_from`]). One matcher for both, so they agree.
 
-use crate::{Error, Result};
+use crate::Result;
 
-/// The most stop strings a reply may have (OpenAI allows 4; some clients send a few more).
-pub const MAX_STOP_STRINGS: usize = 16;
-/// The longest stop string, in bytes.
-pub const MAX_STOP_BYTES: usize = 256;
+pub use specula_protocol::{MAX_STOP_BYTES, MAX_STOP_STRINGS};
 
 #[derive(Debug, Clone, Default)]
 pub struct StopStrings {
@@ -26,18 +23,7 @@ impl StopStrings {
     /// Stop strings a reply may have: not empty (found everywhere, the reply would end before
     /// it began), at most [`MAX_STOP_STRINGS`] of at most [`MAX_STOP_BYTES`] each.
     pub fn check(strings: &[String]) -> Result<()> {
-        if strings.len() > MAX_STOP_STRINGS {
-            let n = strings.len();
-            return Err(Error::InvalidSetting(format!("{n} stop strings: at most {MAX_STOP_STRINGS}")));
-        }
-        if strings.iter().any(String::is_empty) {
-            return Err(Error::InvalidSetting("a stop string is empty".into()));
-        }
-        if let Some(long) = strings.iter().find(|s| s.len() > MAX_STOP_BYTES) {
-            let n = long.len();
-            return Err(Error::InvalidSetting(format!("a stop string of {n} bytes: at most {MAX_STOP_BYTES}")));
-        }
-        Ok(())
+        Ok(specula_protocol::options::check_stop_strings(strings)?)
     }
 
     pub fn is_empty(&self) -> bool {

@@ -149,7 +149,7 @@ fn a_chunked_prefill_leaves_the_cache_an_unchunked_one_would() {
             specula_engine::Flow::Continue
         })
         .unwrap();
-    assert_eq!(chunks, prompt.len().div_ceil(specula_engine::generate::PREFILL_CHUNK));
+    assert_eq!(chunks, prompt.len().div_ceil(specula_engine::decode::PREFILL_CHUNK));
     let mut whole = tiny.model();
     whole.forward_all(&prompt).unwrap();
     assert_eq!(chunked.forward_all(&[1, 2]).unwrap(), whole.forward_all(&[1, 2]).unwrap());

@@ -6,7 +6,7 @@
 mod common;
 
 use common::tiny::Tiny;
-use specula_engine::sampling::Sampler;
+use specula_engine::sampling::{Sampler, TokenDistribution};
 use specula_engine::speculative::{
     accept_sampled, generate_speculative, CostModel, DraftModel, Drafter, KSetting, Outcome, SpeculativeOptions,
 };

@@ -8,6 +8,8 @@
 //! `X-Linked-Etag`) becomes a blob with a snapshot link; a cancel, a checksum mismatch or a
 //! full disk removes the partial file. Free space is checked before the first byte.
 
+pub mod catalogue;
+pub mod doctor;
 mod http;
 mod library;
 pub mod names;
@@ -57,18 +59,29 @@ pub enum Error {
 impl Error {
     /// A stable code for the UI: `not_found`, `checksum`, `disk_full`, ...
     pub fn code(&self) -> &'static str {
+        self.error_code().as_str()
+    }
+
+    pub fn error_code(&self) -> specula_protocol::ErrorCode {
+        use specula_protocol::ErrorCode;
         match self {
-            Error::NotFound { .. } => "not_found",
-            Error::Http { .. } => "http",
-            Error::Checksum { .. } => "checksum",
-            Error::DiskFull { .. } => "disk_full",
-            Error::Cancelled => "cancelled",
-            Error::Interrupted { .. } => "interrupted",
-            Error::Io { .. } => "io",
-            Error::NoGguf { .. } => "no_gguf",
-            Error::BadName { .. } => "bad_name",
-            Error::Oversized { .. } => "oversized",
+            Error::NotFound { .. } => ErrorCode::NotFound,
+            Error::Http { .. } => ErrorCode::Http,
+            Error::Checksum { .. } => ErrorCode::Checksum,
+            Error::DiskFull { .. } => ErrorCode::DiskFull,
+            Error::Cancelled => ErrorCode::Cancelled,
+            Error::Interrupted { .. } => ErrorCode::Interrupted,
+            Error::Io { .. } => ErrorCode::Io,
+            Error::NoGguf { .. } => ErrorCode::NoGguf,
+            Error::BadName { .. } => ErrorCode::BadName,
+            Error::Oversized { .. } => ErrorCode::Oversized,
         }
+    }
+}
+
+impl From<Error> for specula_protocol::ErrorInfo {
+    fn from(e: Error) -> Self {
+        Self::new(e.error_code(), e.to_string())
     }
 }
 

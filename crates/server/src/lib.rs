@@ -22,6 +22,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use axum::{Json, Router};
+use specula_engine::constraint::GrammarCheck;
 use specula_engine::service::{EngineHandle, EngineState, Prompt, Request, ServiceConfig};
 use specula_engine::{Error, GenerateOptions, SamplingParams, Session, MAX_ALTERNATIVES};
 use std::path::PathBuf;
@@ -154,6 +155,13 @@ impl ApiError {
 
     fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", code, message)
+    }
+}
+
+/// A setting the contract's own checks refused: the engine's `invalid_setting` error.
+impl From<specula_engine::protocol::InvalidSetting> for ApiError {
+    fn from(e: specula_engine::protocol::InvalidSetting) -> Self {
+        Self::from(Error::from(e))
     }
 }
 
@@ -457,7 +465,10 @@ fn base_request(
         return Err(invalid_param("n", format!("n is {n}: from 1 to {MAX_CHOICES}")));
     }
     let options = GenerateOptions {
-        max_tokens: fields.max_completion_tokens.or(fields.max_tokens).unwrap_or(512),
+        max_tokens: fields
+            .max_completion_tokens
+            .or(fields.max_tokens)
+            .unwrap_or(specula_engine::protocol::DEFAULT_MAX_TOKENS),
         sampling,
         stop: fields.stop.map(Stop::into_vec).unwrap_or_default(),
         alternatives: logprobs.unwrap_or(0),

@@ -199,6 +199,7 @@ fn call_of(json: &str, known: &[&str]) -> Option<Call> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use specula_engine::constraint::GrammarCheck;
 
     const KNOWN: &[&str] = &["get_weather", "add"];
 

@@ -5,8 +5,8 @@
 //! so a crash mid-reply loses at most that. WAL journaling keeps those small writes cheap.
 
 use rusqlite::{params, Connection, OptionalExtension};
-use serde::{de::DeserializeOwned, Deserialize, Serialize};
-use specula_engine::{GenerationStats, Source, TokenEvent};
+use serde::{de::DeserializeOwned, Serialize};
+use specula_protocol::{ErrorCode, ErrorInfo, GenerationStats, Source, TokenEvent};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -24,48 +24,27 @@ pub enum StoreError {
 
 impl StoreError {
     pub fn code(&self) -> &'static str {
+        self.error_code().as_str()
+    }
+
+    pub fn error_code(&self) -> ErrorCode {
         match self {
-            StoreError::Sqlite(_) | StoreError::Json(_) => "storage",
-            StoreError::NotFound(_) => "not_found",
-            StoreError::Invalid(_) => "invalid_request",
+            StoreError::Sqlite(_) | StoreError::Json(_) => ErrorCode::Storage,
+            StoreError::NotFound(_) => ErrorCode::NotFound,
+            StoreError::Invalid(_) => ErrorCode::InvalidRequest,
         }
+    }
+}
+
+impl From<StoreError> for ErrorInfo {
+    fn from(e: StoreError) -> Self {
+        ErrorInfo::new(e.error_code(), e.to_string())
     }
 }
 
 pub type Result<T> = std::result::Result<T, StoreError>;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ConversationSummary {
-    pub id: i64,
-    pub title: String,
-    /// Milliseconds since the Unix epoch.
-    pub updated_at: i64,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Conversation {
-    pub id: i64,
-    pub title: String,
-    pub system_prompt: String,
-    pub updated_at: i64,
-    pub messages: Vec<StoredMessage>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StoredMessage {
-    pub id: i64,
-    pub role: String,
-    pub content: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub tokens: Option<Vec<TokenEvent>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub stats: Option<GenerationStats>,
-    /// None while the reply streams (or if the app died during it).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub finish_reason: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub settings_label: Option<String>,
-}
+pub use specula_protocol::history::{Conversation, ConversationSummary, StoredMessage};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS conversations (

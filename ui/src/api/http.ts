@@ -7,11 +7,13 @@ import { applyEvent } from './events';
 import { LocalConversations } from './local';
 import { replyLabel } from './label';
 import {
+  asErrorCode,
   type BackendError,
   type ChatMessage,
   type Conversation,
   type ConversationSummary,
   DEFAULT_SETTINGS,
+  knownCode,
   type EngineStatus,
   type GenerationStats,
   type ModelEntry,
@@ -92,13 +94,14 @@ export class HttpBackend implements Backend {
   async status(): Promise<EngineStatus> {
     const h = await this.health();
     return {
-      state: h.state,
+      state: h.state ?? 'ready',
+      loading: h.state === 'loading',
       target: h.state === 'failed' ? null : h.model,
       draft: h.draft,
       drafter: h.drafter,
       device: h.device ?? 'server',
-      ...(h.error ? { error: h.error } : {}),
-      ...(h.last_failure ? { last_failure: h.last_failure } : {}),
+      ...(h.error ? { error: { ...h.error, code: asErrorCode(h.error.code) } } : {}),
+      ...(h.last_failure ? { last_failure: { ...h.last_failure, code: asErrorCode(h.last_failure.code) } } : {}),
     };
   }
 
@@ -111,6 +114,7 @@ export class HttpBackend implements Backend {
       parameters: 0,
       quantization: '',
       file_bytes: 0,
+      runnable: true,
     });
     const list = [entry(h.model)];
     if (h.draft) list.push({ ...entry(h.draft), compatible: true });
@@ -293,7 +297,7 @@ async function errorOf(response: Response): Promise<BackendError> {
     if (response.status === 401) {
       return { code: 'invalid_api_key', message: 'This server needs its API key: enter it in Settings.' };
     }
-    if (body.error?.message) return { code: body.error.code ?? `http_${response.status}`, message: body.error.message };
+    if (body.error?.message) return { code: knownCode(body.error.code, `http_${response.status}`), message: body.error.message };
   } catch {
     // not JSON: fall through to the status line
   }

@@ -1,8 +1,11 @@
 import type { Settings } from './types';
 
-/** A short note of how a reply was made, stored with it, e.g. "draft model · k auto · greedy". */
+/** How a reply was made, stored with it: "draft model · k auto · greedy", or with the seed when
+ *  it sampled ("· sample · seed 7"). The shell writes the same (`AppSettings::label` in
+ *  crates/protocol); label.test.ts checks both agree on the cases it exports. */
 export function replyLabel(s: Settings): string {
   const drafter = s.drafter === 'none' ? 'plain' : s.drafter === 'lookup' ? 'prompt lookup' : 'draft model';
   const k = s.drafter === 'none' ? '' : ` · k ${s.k}`;
-  return `${drafter}${k} · ${s.mode}`;
+  const seed = s.mode !== 'greedy' && s.seed != null ? ` · seed ${s.seed}` : '';
+  return `${drafter}${k} · ${s.mode}${seed}`;
 }

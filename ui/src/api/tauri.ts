@@ -1,7 +1,9 @@
-// The desktop transport: Tauri commands (src-tauri/commands.rs) and a Channel per reply.
-// The shell stores the reply in SQLite as it streams, so nothing here persists.
+// The desktop transport: Tauri commands (src-tauri/commands.rs, called through the typed
+// `commands` generated from them into bindings.ts) and a Channel per reply. The shell stores
+// the reply in SQLite as it streams, so nothing here persists.
 
-import { Channel, invoke } from '@tauri-apps/api/core';
+import { Channel } from '@tauri-apps/api/core';
+import { commands, type ReplyEvent as WireEvent } from './bindings';
 import type { Backend } from './backend';
 import { applyEvent } from './events';
 import type {
@@ -21,48 +23,52 @@ import type {
   ReplyHandle,
   Role,
   Settings,
-  StepEvent,
-  TokenEvent,
 } from './types';
 import { toBackendError } from './types';
 
-/** invoke, with every rejection turned into a BackendError. */
-async function call<T>(command: string, args?: Record<string, unknown>): Promise<T> {
+/** A command's answer, with every rejection turned into a BackendError. */
+async function call<T>(answer: Promise<T>): Promise<T> {
   try {
-    return await invoke<T>(command, args);
+    return await answer;
   } catch (e) {
     throw toBackendError(e);
   }
 }
 
+/** A command that answers nothing. */
+async function run(answer: Promise<unknown>): Promise<void> {
+  await call(answer);
+}
+
 class TauriLibrary implements Library {
   catalogue(): Promise<CatalogueEntry[]> {
-    return call('catalogue');
+    return call(commands.catalogue());
   }
   recommended(): Promise<RecommendedPair | null> {
-    return call('recommended_pair');
+    return call(commands.recommendedPair());
   }
   addModel(path: string): Promise<ModelEntry> {
-    return call('add_model', { path });
+    return call(commands.addModel(path));
   }
   async pull(repo: string, file: string, onEvent: (event: PullEvent) => void): Promise<PullHandle> {
     const channel = new Channel<PullEvent>();
     channel.onmessage = onEvent;
-    const id = await call<number>('pull_model', { repo, file, onEvent: channel });
+    const id = await call(commands.pullModel(repo, file, channel));
     return {
       cancel: async () => {
-        await call('cancel_pull', { id });
+        await call(commands.cancelPull(id));
       },
     };
   }
   diagnose(target: string, draft: string): Promise<Diagnosis> {
-    return call('diagnose', { target, draft });
+    return call(commands.diagnose(target, draft));
   }
 }
 
-/** What the shell sends over a reply's Channel: the reply's events, except that tokens and the
- *  latest step's figures come batched a few times a second (src-tauri/engine.rs). */
-export type WireEvent = ReplyEvent | { kind: 'batch'; tokens: TokenEvent[]; step: StepEvent | null };
+/** What the shell sends over a reply's Channel (`WireEvent`, generated): the reply's events,
+ *  except that tokens and the latest step's figures come batched a few times a second
+ *  (src-tauri/engine.rs). */
+export type { WireEvent };
 
 /** A message from the shell as the reply events it carries. */
 export function unbatch(wire: WireEvent): ReplyEvent[] {
@@ -78,50 +84,50 @@ export class TauriBackend implements Backend {
   readonly library = new TauriLibrary();
 
   status(): Promise<EngineStatus> {
-    return call('engine_status');
+    return call(commands.engineStatus());
   }
   startupNotices(): Promise<BackendError[]> {
-    return call('startup_notices');
+    return call(commands.startupNotices());
   }
   models(target?: string): Promise<ModelEntry[]> {
-    return call('list_models', { target: target ?? null });
+    return call(commands.listModels(target ?? null));
   }
   applyModels(settings: Settings): Promise<EngineStatus> {
-    return call('apply_models', { settings });
+    return call(commands.applyModels(settings));
   }
   settings(): Promise<Settings> {
-    return call('get_settings');
+    return call(commands.getSettings());
   }
   saveSettings(settings: Settings): Promise<void> {
-    return call('save_settings', { settings });
+    return run(commands.saveSettings(settings));
   }
   conversations(query?: string): Promise<ConversationSummary[]> {
-    return call('list_conversations', { query: query ?? '' });
+    return call(commands.listConversations(query ?? ''));
   }
   conversation(id: number): Promise<Conversation> {
-    return call('get_conversation', { id });
+    return call(commands.getConversation(id));
   }
   createConversation(): Promise<Conversation> {
-    return call('create_conversation');
+    return call(commands.createConversation());
   }
   renameConversation(id: number, title: string): Promise<void> {
-    return call('rename_conversation', { id, title });
+    return run(commands.renameConversation(id, title));
   }
   setSystemPrompt(id: number, text: string): Promise<void> {
-    return call('set_system_prompt', { id, text });
+    return run(commands.setSystemPrompt(id, text));
   }
   deleteConversation(id: number): Promise<void> {
-    return call('delete_conversation', { id });
+    return run(commands.deleteConversation(id));
   }
   addMessage(conversationId: number, role: Role, content: string): Promise<ChatMessage> {
-    return call('add_message', { conversationId, role, content });
+    return call(commands.addMessage(conversationId, role, content));
   }
   truncate(conversationId: number, fromMessageId: number): Promise<void> {
-    return call('truncate_messages', { conversationId, fromMessageId });
+    return run(commands.truncateMessages(conversationId, fromMessageId));
   }
 
   openLink(url: string): Promise<void> {
-    return call('open_link', { url });
+    return run(commands.openLink(url));
   }
 
   async reply(conversationId: number, settings: Settings, onEvent: (e: ReplyEvent) => void): Promise<ReplyHandle> {
@@ -142,16 +148,12 @@ export class TauriBackend implements Backend {
         else early.push(event);
       }
     };
-    const started = await call<{ request_id: number; message: ChatMessage }>('reply', {
-      conversationId,
-      settings,
-      onEvent: channel,
-    });
+    const started = await call(commands.reply(conversationId, settings, channel));
     reply = started.message;
     for (const event of early.splice(0)) handle(reply, event);
     return {
       cancel: async () => {
-        await call('cancel_reply', { requestId: started.request_id });
+        await call(commands.cancelReply(started.request_id));
       },
       done,
     };

@@ -14,8 +14,8 @@ export const SOURCE_LABELS: Record<Source, string> = {
 /** What hovering a token says: its class, p, q and the chance the target had to keep it. */
 export function tokenTitle(token: TokenEvent): string {
   const parts = [SOURCE_LABELS[token.source]];
-  if (token.p !== undefined) parts.push(`p ${token.p.toFixed(3)}`);
-  if (token.q !== undefined) parts.push(`q ${token.q.toFixed(3)}`);
+  if (token.p != null) parts.push(`p ${token.p.toFixed(3)}`);
+  if (token.q != null) parts.push(`q ${token.q.toFixed(3)}`);
   const accept = acceptanceProbability(token);
   if (accept !== undefined) parts.push(`accept min(1, p/q) = ${accept.toFixed(3)}`);
   return parts.join(' · ');
@@ -23,7 +23,7 @@ export function tokenTitle(token: TokenEvent): string {
 
 /** min(1, p/q), the probability that the sampled acceptance rule keeps a drafted token. */
 export function acceptanceProbability(token: TokenEvent): number | undefined {
-  if (token.p === undefined || token.q === undefined || token.q <= 0) return undefined;
+  if (token.p == null || token.q == null || token.q <= 0) return undefined;
   return Math.min(1, token.p / token.q);
 }
 

@@ -16,87 +16,24 @@ pub use child::{isolate_template_renders, RENDER_MEMORY};
 
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
-use serde::{Deserialize, Serialize};
 
 /// ChatML, as llama.cpp and transformers fall back to.
 pub const CHATML: &str = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    System,
-    User,
-    Assistant,
-    /// A tool's result, answering an assistant's tool call.
-    Tool,
-}
+pub use specula_protocol::chat::{FunctionCall, Message, Role, ToolCall};
 
-/// One turn of a chat, in the shape chat templates read (transformers' `messages`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Message {
-    pub role: Role,
-    /// The text; for a message sent in parts, their texts joined by newlines.
-    pub content: String,
-    /// The texts of a message sent as content parts, for templates that render parts
-    /// themselves (Gemma 3 trims each); empty for plain text.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub parts: Vec<String>,
-    /// The functions an assistant turn called.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tool_calls: Vec<ToolCall>,
-    /// The call a tool turn answers.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_call_id: Option<String>,
-}
-
-/// A function call as templates render it: `arguments` is a JSON value, not a string.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ToolCall {
-    pub id: String,
-    #[serde(rename = "type")]
-    pub kind: String,
-    pub function: FunctionCall,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FunctionCall {
-    pub name: String,
-    pub arguments: serde_json::Value,
-}
-
-impl Message {
-    pub fn new(role: Role, content: impl Into<String>) -> Self {
-        Self { role, content: content.into(), parts: Vec::new(), tool_calls: Vec::new(), tool_call_id: None }
-    }
-
-    /// A message sent as text parts: its content is their texts joined by newlines, as
-    /// templates that read only text get it (llama.cpp's server joins them so too).
-    pub fn from_parts(role: Role, parts: Vec<String>) -> Self {
-        Self { content: parts.join("\n"), parts, ..Self::new(role, "") }
-    }
-    pub fn system(content: impl Into<String>) -> Self {
-        Self::new(Role::System, content)
-    }
-    pub fn user(content: impl Into<String>) -> Self {
-        Self::new(Role::User, content)
-    }
-    pub fn assistant(content: impl Into<String>) -> Self {
-        Self::new(Role::Assistant, content)
-    }
-
-    /// The message as templates read it (transformers' `messages` entries): content parts
-    /// as a list of text parts where the template reads them, else the text.
-    fn for_template(&self, reads_parts: bool) -> serde_json::Value {
-        let mut value = serde_json::to_value(self).unwrap_or_default();
-        if let Some(object) = value.as_object_mut() {
-            let parts = object.remove("parts");
-            if let (true, Some(serde_json::Value::Array(parts))) = (reads_parts, parts) {
-                let parts = parts.into_iter().map(|text| serde_json::json!({ "type": "text", "text": text }));
-                object.insert("content".into(), parts.collect());
-            }
+/// The message as templates read it (transformers' `messages` entries): content parts
+/// as a list of text parts where the template reads them, else the text.
+fn for_template(message: &Message, reads_parts: bool) -> serde_json::Value {
+    let mut value = serde_json::to_value(message).unwrap_or_default();
+    if let Some(object) = value.as_object_mut() {
+        let parts = object.remove("parts");
+        if let (true, Some(serde_json::Value::Array(parts))) = (reads_parts, parts) {
+            let parts = parts.into_iter().map(|text| serde_json::json!({ "type": "text", "text": text }));
+            object.insert("content".into(), parts.collect());
         }
-        value
     }
+    value
 }
 
 /// Template instructions one render may run: real templates need thousands, a few hundred
@@ -234,7 +171,7 @@ impl ChatTemplate {
         escape: &dyn Fn(&str) -> String,
     ) -> Result<serde_json::Value> {
         let reads_parts = messages.iter().any(|m| !m.parts.is_empty()) && self.reads_parts()?;
-        let messages: Vec<serde_json::Value> = messages.iter().map(|m| m.for_template(reads_parts)).collect();
+        let messages: Vec<serde_json::Value> = messages.iter().map(|m| for_template(m, reads_parts)).collect();
         let mut context = options.kwargs.clone();
         context.insert("messages".into(), map_strings(serde_json::Value::from(messages), escape));
         // No tools is `none`, not an empty list: templates test `tools is not none`.

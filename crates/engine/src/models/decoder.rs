@@ -8,7 +8,7 @@
 //! Unlike candle-transformers' quantized models, `forward` scores every new position and the
 //! KV cache rolls back, which is what speculative verification needs.
 
-use super::{CausalLm, WeightSource};
+use super::{CausalLm, WeightSource, PREFILL_CHUNK};
 use crate::attention::causal_attention;
 use crate::error::{Error, Result};
 use crate::kv_cache::KvCache;
@@ -202,8 +202,8 @@ impl DecoderConfig {
         // A prefill chunk holds a few activations of the widest layer at once, and a
         // verification pass scores up to MAX_K + 1 positions over the vocabulary.
         let widest = self.hidden.max(ffn).max(self.n_head * self.head_dim) as u64;
-        let chunk = f32s((crate::generate::PREFILL_CHUNK as u64).checked_mul(widest)?.checked_mul(8)?)?;
-        let logits = f32s((crate::speculative::MAX_K as u64 + 1).checked_mul(vocab as u64)?)?;
+        let chunk = f32s((PREFILL_CHUNK as u64).checked_mul(widest)?.checked_mul(8)?)?;
+        let logits = f32s((specula_protocol::MAX_K as u64 + 1).checked_mul(vocab as u64)?)?;
         kv_cache.checked_add(rotary)?.checked_add(chunk)?.checked_add(logits)
     }
 

@@ -14,6 +14,11 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 use std::collections::{BTreeMap, HashMap};
 
+/// Prompt tokens fed per target pass during prefill: between chunks the sink may cancel. Long
+/// enough that the multi-row kernels run full tiles, short enough that a cancel is heard
+/// within a fraction of a second on the CPU. The models size their scratch space for it.
+pub const PREFILL_CHUNK: usize = 128;
+
 /// A model with a KV cache that scores every new position and rolls back.
 pub trait CausalLm: Send {
     /// Append `tokens` to the cache; logits for every new position, `[n, vocab]`.
@@ -171,7 +176,7 @@ fn check_memory(
 ) -> Result<()> {
     let weights = loaded_weight_bytes(gguf, device);
     let needed = config.runtime_bytes(context, vocab, ffn).and_then(|extra| weights.checked_add(extra));
-    crate::inspect::check_fits_in_memory(gguf.path(), needed.unwrap_or(u64::MAX), 0)
+    crate::device::check_fits_in_memory(gguf.path(), needed.unwrap_or(u64::MAX), 0)
 }
 
 /// Bytes the weights take once loaded: as stored, but a type requantized at load takes its

@@ -19,8 +19,8 @@ mod sink;
 mod worker;
 
 use crate::chat::Message;
+use crate::decode::{GenerateOptions, Generation, StepEvent, TokenEvent};
 use crate::error::{Error, ErrorInfo, Result};
-use crate::generate::{GenerateOptions, Generation, StepEvent, TokenEvent};
 use crate::models::ModelInfo;
 use crate::session::{DrafterKind, Session};
 use crate::speculative::KSetting;
@@ -201,17 +201,7 @@ pub struct LoadSpec {
     pub device: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EngineState {
-    /// Nothing loaded, nothing tried.
-    Empty,
-    Loading,
-    /// A target is loaded and replies are served.
-    Ready,
-    /// No target could be loaded: see [`Health::error`].
-    Failed,
-}
+pub use specula_protocol::app::EngineState;
 
 /// A model as loaded: where from, and what it is.
 #[derive(Debug, Clone, Serialize)]

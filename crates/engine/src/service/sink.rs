@@ -3,7 +3,7 @@
 //! [`Flow::Stop`].
 
 use super::{CancelHandle, Event, STALL_LIMIT};
-use crate::generate::{Flow, StepEvent, TokenEvent, TokenSink};
+use crate::decode::{Flow, StepEvent, TokenEvent, TokenSink};
 use std::time::{Duration, Instant};
 
 /// How often a blocked send looks at the cancel flag and the deadline.

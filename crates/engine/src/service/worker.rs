@@ -5,9 +5,9 @@ use super::sink::ChannelSink;
 use super::{
     EngineState, Event, GenerateJob, Health, Job, LoadSpec, LoadedModelInfo, Prompt, Request, ServiceConfig, Shared,
 };
+use crate::decode::Generation;
 use crate::device;
 use crate::error::{Error, ErrorInfo, Result};
-use crate::generate::Generation;
 use crate::session::{Decoding, DrafterKind, Session};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;

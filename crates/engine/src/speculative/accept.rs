@@ -1,7 +1,7 @@
 //! Acceptance: pure functions from the target's view of the drafts to the accepted prefix and
 //! the next token.
 
-use crate::generate::Source;
+use crate::decode::Source;
 use crate::sampling::sample;
 use rand::Rng;
 

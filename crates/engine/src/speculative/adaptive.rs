@@ -5,74 +5,7 @@
 //! `k·t_draft + t_verify(k+1)`. Auto picks the k in 0..=max with the most tokens per
 //! millisecond; k = 0 is plain decoding. Every cost is measured in this process.
 
-use serde::{Deserialize, Serialize};
-
-/// Largest draft length accepted anywhere (the CLI and UI call it k).
-pub const MAX_K: usize = 16;
-
-/// The draft length: a fixed k from 1 to [`MAX_K`], or auto (chosen each step, 0 included).
-/// One type end to end: it reads and writes as a number or `"auto"` in every JSON body and
-/// settings file, and parses from the same words on the command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KSetting {
-    Fixed(usize),
-    Auto { max: usize },
-}
-
-impl std::fmt::Display for KSetting {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            KSetting::Fixed(k) => write!(f, "{k}"),
-            KSetting::Auto { .. } => f.write_str("auto"),
-        }
-    }
-}
-
-impl Serialize for KSetting {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match self {
-            KSetting::Fixed(k) => serializer.serialize_u64(*k as u64),
-            KSetting::Auto { .. } => serializer.serialize_str("auto"),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for KSetting {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Wire {
-            Integer(i64),
-            Float(f64),
-            Text(String),
-        }
-        let text = match Wire::deserialize(deserializer)? {
-            Wire::Integer(k) => k.to_string(),
-            Wire::Float(k) => k.to_string(),
-            Wire::Text(s) => s,
-        };
-        text.parse().map_err(serde::de::Error::custom)
-    }
-}
-
-impl Default for KSetting {
-    fn default() -> Self {
-        KSetting::Auto { max: 8 }
-    }
-}
-
-impl std::str::FromStr for KSetting {
-    type Err = crate::Error;
-    fn from_str(s: &str) -> crate::Result<Self> {
-        if s == "auto" {
-            return Ok(KSetting::default());
-        }
-        match s.parse::<usize>() {
-            Ok(k) if (1..=MAX_K).contains(&k) => Ok(KSetting::Fixed(k)),
-            _ => Err(crate::Error::InvalidSetting(format!("k `{s}`: expected 1 to {MAX_K} or auto"))),
-        }
-    }
-}
+pub use specula_protocol::{KSetting, MAX_K};
 
 /// Weight of a new measurement in the running averages.
 const EMA: f64 = 0.3;

@@ -1,8 +1,8 @@
 //! Drafters propose tokens for the target to verify. A small draft model is one; prompt
 //! lookup (n-grams from the conversation) is another.
 
+use crate::decode::{CachedModel, Progress};
 use crate::error::Result;
-use crate::generate::{CachedModel, Progress};
 use crate::sampling::Sampler;
 
 /// One proposed token and the drafter's distribution at its position (after the same

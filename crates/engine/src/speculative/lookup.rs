@@ -3,8 +3,8 @@
 //! code", "rewrite this paragraph"). Its proposals are deterministic (q is one-hot).
 
 use super::drafter::{Draft, Drafter};
+use crate::decode::Progress;
 use crate::error::Result;
-use crate::generate::Progress;
 use crate::sampling::Sampler;
 
 pub struct PromptLookup {

@@ -13,12 +13,12 @@ pub use drafter::{Draft, DraftModel, Drafter};
 pub use lookup::PromptLookup;
 pub use reference::PlainReference;
 
-use crate::error::{Error, Result};
-use crate::generate::{
+use crate::decode::{
     ms, prefill_prompt, start, CachedModel, FinishReason, Flow, GenerateOptions, Generation, GenerationStats, Reply,
     Source, SpeculativeStats, StepEvent, TokenSink,
 };
-use crate::sampling::{gumbel_token, Mode, Sampler};
+use crate::error::Result;
+use crate::sampling::{gumbel_token, Mode, Sampler, TokenDistribution};
 use crate::tokenizer::Tokenizer;
 use std::time::Instant;
 
@@ -35,34 +35,7 @@ impl Default for SpeculativeOptions {
     }
 }
 
-/// Refuse a draft whose vocabulary differs from the target's: its token ids would mean other
-/// text, and verification would silently compare unrelated tokens.
-pub fn check_pair(target: &Tokenizer, draft: &Tokenizer) -> Result<()> {
-    check_vocabularies(target.vocab(), draft.vocab())
-}
-
-/// Vocabularies by id, as GGUF files list them: equal token for token, or an error that says
-/// where they part.
-pub fn check_vocabularies(t: &[String], d: &[String]) -> Result<()> {
-    if let Some(id) = (0..t.len().min(d.len())).find(|&i| t[i] != d[i]) {
-        return Err(Error::IncompatibleDraft(format!(
-            "token {id} is {:?} in the target but {:?} in the draft (vocabularies of {} and {} tokens)",
-            t[id],
-            d[id],
-            t.len(),
-            d.len()
-        )));
-    }
-    if t.len() != d.len() {
-        return Err(Error::IncompatibleDraft(format!(
-            "the target has {} tokens and the draft {}; the first {} agree",
-            t.len(),
-            d.len(),
-            t.len().min(d.len())
-        )));
-    }
-    Ok(())
-}
+pub use crate::tokenizer::{check_pair, check_vocabularies};
 
 /// Running totals of a reply.
 #[derive(Default)]

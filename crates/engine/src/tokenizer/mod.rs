@@ -346,3 +346,37 @@ impl TokenStream<'_> {
         }
     }
 }
+/// Refuse a draft whose vocabulary differs from the target's: its token ids would mean other
+/// text, and verification would silently compare unrelated tokens.
+pub fn check_pair(target: &Tokenizer, draft: &Tokenizer) -> Result<()> {
+    check_vocabularies(target.vocab(), draft.vocab())
+}
+
+/// Vocabularies by id, as GGUF files list them: equal token for token, or an error that says
+/// where they part.
+pub fn check_vocabularies(t: &[String], d: &[String]) -> Result<()> {
+    if let Some(id) = (0..t.len().min(d.len())).find(|&i| t[i] != d[i]) {
+        return Err(Error::IncompatibleDraft(format!(
+            "token {id} is {:?} in the target but {:?} in the draft (vocabularies of {} and {} tokens)",
+            t[id],
+            d[id],
+            t.len(),
+            d.len()
+        )));
+    }
+    if t.len() != d.len() {
+        return Err(Error::IncompatibleDraft(format!(
+            "the target has {} tokens and the draft {}; the first {} agree",
+            t.len(),
+            d.len(),
+            t.len().min(d.len())
+        )));
+    }
+    Ok(())
+}
+
+/// How many leading ids `a` and `b` share: what a cache or a constraint keeps of one sequence
+/// when the next begins the same way.
+pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}

@@ -2,16 +2,16 @@
 //! exactly why, from their headers alone, with a draft from the catalogue that would pair.
 
 use crate::catalogue::{family_like, family_of, CatalogueModel};
-use crate::chat::Message;
-use crate::error::{Error, Result};
-use crate::generate::{GenerateOptions, Generation, NullSink};
-use crate::gguf::GgufFile;
-use crate::inspect::{card, ModelCard};
-use crate::models;
-use crate::sampling::SamplingParams;
-use crate::session::{Decoding, DrafterKind, Session};
-use crate::speculative::KSetting;
 use serde::Serialize;
+use specula_engine::chat::Message;
+use specula_engine::decode::{GenerateOptions, Generation, NullSink};
+use specula_engine::gguf::GgufFile;
+use specula_engine::inspect::{card, ModelCard};
+use specula_engine::models;
+use specula_engine::sampling::SamplingParams;
+use specula_engine::session::{Decoding, DrafterKind, Session};
+use specula_engine::speculative::KSetting;
+use specula_engine::{Error, Result};
 use std::fmt;
 use std::path::Path;
 

@@ -1,10 +1,11 @@
 //! The compatibility doctor on real pairs: one family pairs, two families do not, and the
 //! diagnosis says which ids differ and which draft would pair.
 
-mod common;
+#[path = "common/models.rs"]
+mod models;
 
-use common::*;
-use specula_engine::doctor::diagnose;
+use models::*;
+use specula_hub::doctor::diagnose;
 
 #[test]
 fn qwen_1_5b_and_0_5b_pair() {

@@ -1,0 +1,101 @@
+//! A model with the ids its KV cache holds: what lets a chat reuse its earlier turns and a
+//! speculative step roll back what the target rejected.
+
+use super::{Flow, Progress, PREFILL_CHUNK};
+use crate::error::{Error, Result};
+use crate::models::CausalLm;
+use crate::tokenizer::common_prefix;
+
+/// A model and the token ids its KV cache holds, so that a new prompt reuses the longest
+/// cached prefix (the previous turns of a chat) and a rollback keeps both in step.
+pub struct CachedModel {
+    model: Box<dyn CausalLm>,
+    ids: Vec<u32>,
+}
+
+impl CachedModel {
+    pub fn new(model: Box<dyn CausalLm>) -> Self {
+        Self { model, ids: Vec::new() }
+    }
+
+    pub fn model(&self) -> &dyn CausalLm {
+        self.model.as_ref()
+    }
+
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.model.capacity()
+    }
+
+    pub fn cached_ids(&self) -> &[u32] {
+        &self.ids
+    }
+
+    pub fn truncate(&mut self, len: usize) {
+        self.ids.truncate(len);
+        self.model.truncate(self.ids.len());
+    }
+
+    /// Score only `ids` from now on (`None`: every token); whether the model could.
+    pub fn restrict_output(&mut self, ids: Option<&[u32]>) -> Result<bool> {
+        self.model.restrict_output(ids)
+    }
+
+    /// Make the cache hold exactly `context`, feeding only what it lacks; the logits after its
+    /// last token. The last token is fed again when the whole context was already cached.
+    pub fn advance_to(&mut self, context: &[u32]) -> Result<Vec<f32>> {
+        let keep = common_prefix(&self.ids, context).min(context.len().saturating_sub(1));
+        self.truncate(keep);
+        let logits = self.model.forward_last(&context[keep..])?;
+        self.ids.extend_from_slice(&context[keep..]);
+        Ok(logits.squeeze(0)?.to_vec1()?)
+    }
+
+    /// Make the cache hold `context` (no logits needed): prompt prefill. Returns how many
+    /// tokens it fed (those not already cached).
+    pub fn prefill(&mut self, context: &[u32]) -> Result<usize> {
+        Ok(self.prefill_with(context, &mut |_, _| Flow::Continue)?.unwrap_or(0))
+    }
+
+    /// [`Self::prefill`] in chunks of [`PREFILL_CHUNK`], asking `progress` after each whether
+    /// to go on. `None` when it was told to stop; the cache then holds the chunks fed so far
+    /// (a later prompt with the same start reuses them).
+    pub fn prefill_with(&mut self, context: &[u32], progress: Progress) -> Result<Option<usize>> {
+        let keep = common_prefix(&self.ids, context);
+        self.truncate(keep);
+        let total = context.len() - keep;
+        for chunk in context[keep..].chunks(PREFILL_CHUNK) {
+            self.model.forward_last(chunk)?;
+            self.ids.extend_from_slice(chunk);
+            if progress(self.ids.len() - keep, total) == Flow::Stop {
+                return Ok(None);
+            }
+        }
+        Ok(Some(total))
+    }
+
+    /// Feed `tokens` and return the logits of every one of them, `[n][vocab]`.
+    pub fn forward_all(&mut self, tokens: &[u32]) -> Result<Vec<Vec<f32>>> {
+        let logits = self.model.forward(tokens)?;
+        self.ids.extend_from_slice(tokens);
+        Ok(logits.to_vec2()?)
+    }
+}
+
+/// Check the prompt fits with room to generate at least one token.
+pub fn check_context(prompt_tokens: usize, capacity: usize) -> Result<()> {
+    if prompt_tokens == 0 {
+        return Err(Error::InvalidSetting("the prompt is empty".into()));
+    }
+    if prompt_tokens >= capacity {
+        return Err(Error::ContextOverflow { prompt_tokens, context: capacity, reserve: 1 });
+    }
+    Ok(())
+}

@@ -1,0 +1,18 @@
+//! Decoding, and the pieces both loops share (plain here, speculative in `crate::speculative`):
+//! the sink a reply goes to, the cached model, committing tokens to a reply.
+
+mod cached;
+mod plain;
+pub(crate) mod reply;
+mod sink;
+
+pub use crate::models::PREFILL_CHUNK;
+pub use crate::tokenizer::common_prefix;
+pub use cached::{check_context, CachedModel};
+pub use plain::{generate_plain, PLAIN_STEP_EVERY};
+pub(crate) use reply::{ms, prefill_prompt, start, Reply};
+pub use sink::{Flow, NullSink, Progress, TokenSink};
+pub use specula_protocol::events::{
+    Alternative, FinishReason, Generation, GenerationStats, Source, SpeculativeStats, StepEvent, TokenEvent,
+};
+pub use specula_protocol::{GenerateOptions, MAX_ALTERNATIVES};

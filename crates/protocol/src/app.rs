@@ -1,0 +1,253 @@
+//! What the desktop app's shell and its web UI say to each other: settings, the engine's
+//! status, a reply's events, the model library. The browser UI (`specula serve --ui`) speaks
+//! the same shapes through its own transport.
+
+use crate::error::{ErrorCode, ErrorInfo};
+use crate::events::{GenerationStats, StepEvent, TokenEvent};
+use crate::history::StoredMessage;
+use crate::limits::{DEFAULT_CONTEXT, DEFAULT_MAX_TOKENS};
+use crate::options::{DrafterKind, KSetting, Mode, SamplingParams};
+use serde::{Deserialize, Serialize};
+use specta::Type;
+use std::path::PathBuf;
+
+/// The target a first run chats with, and its draft: the files `scripts/fetch-models.sh` gets.
+pub const DEFAULT_TARGET_FILE: &str = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf";
+pub const DEFAULT_DRAFT_FILE: &str = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
+
+/// Where models are looked for: `SPECULA_MODELS_DIR`, else ~/.cache/specula/models, which the
+/// set-up scripts fill. The one lookup the CLI and the app share.
+pub fn models_dir() -> PathBuf {
+    match std::env::var_os("SPECULA_MODELS_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default().join(".cache/specula/models"),
+    }
+}
+
+/// The user's settings, as the UI edits them and the history database keeps them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+pub struct AppSettings {
+    /// Path of the target GGUF (the app) or the served model's id (a browser).
+    pub target: String,
+    /// The draft model's path; kept when another drafter is chosen, to switch back.
+    pub draft: String,
+    pub drafter: DrafterKind,
+    /// 1 to 16, or "auto".
+    pub k: KSetting,
+    pub mode: Mode,
+    pub temperature: f32,
+    pub top_p: f32,
+    pub top_k: usize,
+    /// A pinned seed; `None` draws a fresh one for each reply, so Regenerate gives a new one.
+    #[serde(default)]
+    pub seed: Option<u64>,
+    pub max_tokens: usize,
+    pub context: usize,
+    pub device: String,
+}
+
+impl Default for AppSettings {
+    fn default() -> Self {
+        let dir = models_dir();
+        let sampling = SamplingParams::default();
+        Self {
+            target: dir.join(DEFAULT_TARGET_FILE).to_string_lossy().into_owned(),
+            draft: dir.join(DEFAULT_DRAFT_FILE).to_string_lossy().into_owned(),
+            drafter: DrafterKind::Model,
+            k: KSetting::default(),
+            mode: sampling.mode,
+            temperature: sampling.temperature,
+            top_p: sampling.top_p,
+            top_k: sampling.top_k,
+            seed: None,
+            max_tokens: DEFAULT_MAX_TOKENS,
+            context: DEFAULT_CONTEXT,
+            device: "auto".into(),
+        }
+    }
+}
+
+impl AppSettings {
+    /// How a reply was made, stored with it: "draft model · k auto · greedy", or with the seed
+    /// when it sampled ("· sample · seed 7"). The browser UI writes the same label
+    /// (ui/src/api/label.ts, checked against [`label_cases`]).
+    pub fn label(&self) -> String {
+        let mut mode = self.mode.as_str().to_string();
+        if let (false, Some(seed)) = (self.mode == Mode::Greedy, self.seed) {
+            mode = format!("{mode} · seed {seed}");
+        }
+        let k = self.k;
+        match self.drafter {
+            DrafterKind::None => format!("plain · {mode}"),
+            DrafterKind::Lookup => format!("prompt lookup · k {k} · {mode}"),
+            DrafterKind::Model => format!("draft model · k {k} · {mode}"),
+        }
+    }
+}
+
+/// Settings and the label each gets, for the UI's own label to be tested against.
+pub fn label_cases() -> Vec<(AppSettings, String)> {
+    let base = AppSettings { target: "t.gguf".into(), draft: "d.gguf".into(), ..Default::default() };
+    let cases = [
+        AppSettings { mode: Mode::Greedy, seed: Some(3), ..base.clone() },
+        AppSettings { mode: Mode::Sample, seed: Some(7), k: KSetting::Fixed(4), ..base.clone() },
+        AppSettings { mode: Mode::Reproducible, seed: None, ..base.clone() },
+        AppSettings { drafter: DrafterKind::Lookup, mode: Mode::Reproducible, seed: Some(42), ..base.clone() },
+        AppSettings { drafter: DrafterKind::None, mode: Mode::Sample, seed: Some(1), ..base },
+    ];
+    cases.into_iter().map(|s| (s.clone(), s.label())).collect()
+}
+
+/// The engine service's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineState {
+    /// Nothing loaded, nothing tried.
+    Empty,
+    Loading,
+    /// A target is loaded and replies are served.
+    Ready,
+    /// No target could be loaded: see the status's `error`.
+    Failed,
+}
+
+/// The status line's facts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+pub struct EngineStatus {
+    pub state: EngineState,
+    /// Paths of the loaded models (the app) or their names (a server).
+    pub target: Option<String>,
+    pub draft: Option<String>,
+    /// The drafter replies get when they name none (a server; the app's settings say it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drafter: Option<DrafterKind>,
+    pub device: String,
+    /// True while models load; replies wait for them.
+    pub loading: bool,
+    /// Why the last load failed; the models loaded before (if any) stay in use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorInfo>,
+    /// The last reply that failed inside the engine (which went on serving).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure: Option<ErrorInfo>,
+}
+
+/// What the UI hears while a reply streams.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ReplyEvent {
+    Started {
+        prompt_tokens: usize,
+    },
+    /// `done` of the `total` uncached prompt tokens are read.
+    Prefill {
+        done: usize,
+        total: usize,
+    },
+    /// The tokens since the last message, and the latest step's figures.
+    Batch {
+        tokens: Vec<TokenEvent>,
+        step: Option<StepEvent>,
+    },
+    Done {
+        stats: GenerationStats,
+        /// `stop`, `length` or `cancelled` (`FinishReason::as_str`).
+        finish_reason: String,
+    },
+    Error {
+        error: ErrorInfo,
+    },
+}
+
+/// A reply the shell has started: the id to cancel it by, and its stored (empty) message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+pub struct ReplyStarted {
+    pub request_id: u64,
+    pub message: StoredMessage,
+}
+
+/// A GGUF file the settings can offer, with whether it can run and draft for the target.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+pub struct ModelEntry {
+    pub path: PathBuf,
+    pub name: String,
+    pub architecture: String,
+    pub parameters: u64,
+    pub quantization: String,
+    pub file_bytes: u64,
+    /// False, with a reason, for a file the engine cannot run (foreign, truncated, unsupported).
+    pub runnable: bool,
+    /// None for the target itself; false with a reason when it cannot draft for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compatible: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelRole {
+    Target,
+    Draft,
+}
+
+/// A model of the catalogue of known-good pairs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+pub struct CatalogueEntry {
+    pub family: String,
+    pub role: ModelRole,
+    pub name: String,
+    pub repo: String,
+    pub file: String,
+    pub file_mb: u32,
+    /// Weights plus the KV cache at the default context.
+    pub memory_mb: u64,
+    /// Where it is in the Hugging Face cache, when it is there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
+}
+
+/// The pair a first run offers to download, with why it suits this machine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+pub struct RecommendedPair {
+    pub target: CatalogueEntry,
+    pub draft: CatalogueEntry,
+    /// Why it suits this machine: its cores and free memory.
+    pub reason: String,
+}
+
+/// A download's progress and end.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum PullEvent {
+    Progress { done: u64, total: u64, bytes_per_second: f64, eta_seconds: Option<f64> },
+    Done { path: PathBuf },
+    Error { code: ErrorCode, message: String },
+}
+
+/// Whether a draft can pair with a target, and the doctor's report, as `specula doctor` prints it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+pub struct Diagnosis {
+    pub compatible: bool,
+    pub text: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sampled_label_names_its_seed_and_a_greedy_one_does_not() {
+        let labels: Vec<String> = label_cases().into_iter().map(|(_, label)| label).collect();
+        assert_eq!(
+            labels,
+            [
+                "draft model · k auto · greedy",
+                "draft model · k 4 · sample · seed 7",
+                "draft model · k auto · reproducible",
+                "prompt lookup · k auto · reproducible · seed 42",
+                "plain · sample · seed 1",
+            ]
+        );
+    }
+}

@@ -1,0 +1,43 @@
+//! The chat history as the store keeps it and the UI shows it.
+
+use crate::events::{GenerationStats, TokenEvent};
+use serde::{Deserialize, Serialize};
+use specta::Type;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+pub struct ConversationSummary {
+    pub id: i64,
+    pub title: String,
+    /// Milliseconds since the Unix epoch.
+    pub updated_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+pub struct Conversation {
+    pub id: i64,
+    pub title: String,
+    pub system_prompt: String,
+    pub updated_at: i64,
+    pub messages: Vec<StoredMessage>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+pub struct StoredMessage {
+    pub id: i64,
+    /// `system`, `user` or `assistant`: the store refuses any other.
+    #[specta(type = crate::chat::Role)]
+    pub role: String,
+    pub content: String,
+    /// Assistant replies: every token with its provenance.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<Vec<TokenEvent>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stats: Option<GenerationStats>,
+    /// None while the reply streams (or if the app died during it); `cancelled` when stopped,
+    /// `error` when it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<String>,
+    /// The settings the reply was made with, e.g. "draft model · k auto · greedy".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub settings_label: Option<String>,
+}

@@ -1,0 +1,27 @@
+//! specula-protocol: every type that crosses a boundary between Specula's parts (the engine,
+//! the history store, the HTTP server, the desktop shell and its web UI), as plain data.
+//!
+//! Serde and specta only, no tensors: the store and the UI's TypeScript (generated from these
+//! types, `ui/src/api/protocol.ts`) read the contract without compiling the engine. A limit
+//! or a default lives here once ([`limits`]), and every part takes it from here.
+
+pub mod app;
+pub mod chat;
+pub mod error;
+pub mod events;
+pub mod history;
+pub mod limits;
+pub mod options;
+
+pub use app::{
+    AppSettings, CatalogueEntry, Diagnosis, EngineState, EngineStatus, ModelEntry, ModelRole, PullEvent,
+    RecommendedPair, ReplyEvent, ReplyStarted,
+};
+pub use chat::{FunctionCall, Message, Role, ToolCall};
+pub use error::{ErrorCode, ErrorInfo, InvalidSetting};
+pub use events::{
+    Alternative, FinishReason, Generation, GenerationStats, Source, SpeculativeStats, StepEvent, TokenEvent,
+};
+pub use history::{Conversation, ConversationSummary, StoredMessage};
+pub use limits::*;
+pub use options::{Decoding, DrafterKind, GenerateOptions, Grammar, KSetting, Mode, SamplingParams};

@@ -1,0 +1,97 @@
+//! The contract with the web UI, typed on both sides: every command the webview may call and
+//! every type they carry, exported to TypeScript (ui/src/api/bindings.ts) from the Rust
+//! definitions. A renamed command or a changed field changes that file; the UI then fails to
+//! compile until it follows, and `the_typescript_bindings_are_current` fails until the file is
+//! written again (`scripts/bindings.sh`).
+
+use crate::{commands, library};
+use specta_typescript::{BigIntExportBehavior, Typescript};
+use specula_engine::protocol::{self, ErrorCode};
+use tauri_specta::{collect_commands, collect_events, Builder, ErrorHandlingMode};
+
+/// Where the generated TypeScript lives, from the app crate's folder.
+pub const BINDINGS_PATH: &str = "ui/src/api/bindings.ts";
+
+/// The commands (each also listed in src-tauri/capabilities) and the contract's constants.
+pub fn builder() -> Builder<tauri::Wry> {
+    Builder::<tauri::Wry>::new()
+        .commands(collect_commands![
+            commands::engine_status,
+            commands::startup_notices,
+            commands::list_models,
+            commands::add_model,
+            commands::apply_models,
+            commands::get_settings,
+            commands::save_settings,
+            commands::list_conversations,
+            commands::get_conversation,
+            commands::create_conversation,
+            commands::rename_conversation,
+            commands::set_system_prompt,
+            commands::delete_conversation,
+            commands::add_message,
+            commands::truncate_messages,
+            commands::reply,
+            commands::cancel_reply,
+            commands::open_link,
+            library::catalogue,
+            library::recommended_pair,
+            library::pull_model,
+            library::cancel_pull,
+            library::diagnose,
+        ])
+        // No events (replies stream over channels); registering none also drops the channel's
+        // placeholder type, which would clash with the Channel the bindings import.
+        .events(collect_events![])
+        // The browser transport's types that no command carries.
+        .typ::<protocol::Generation>()
+        // A failed command rejects its promise with the ErrorInfo, as `invoke` does.
+        .error_handling(ErrorHandlingMode::Throw)
+}
+
+/// The contract's constants, in a fixed order (the builder's own constants come out in hash
+/// order, which would make the file differ from run to run).
+fn constants() -> Vec<(&'static str, serde_json::Value)> {
+    use serde_json::json;
+    vec![
+        ("MAX_K", json!(protocol::MAX_K)),
+        ("DEFAULT_AUTO_K_MAX", json!(protocol::DEFAULT_AUTO_K_MAX)),
+        ("DEFAULT_CONTEXT", json!(protocol::DEFAULT_CONTEXT)),
+        ("DEFAULT_MAX_TOKENS", json!(protocol::DEFAULT_MAX_TOKENS)),
+        ("ERROR_CODES", json!(ErrorCode::ALL)),
+        // Settings with the label the shell stores for each: the browser's label is tested on them.
+        ("LABEL_CASES", json!(protocol::app::label_cases())),
+    ]
+}
+
+/// The TypeScript for [`builder`]: numbers for 64-bit integers (ids, sizes and counts stay far
+/// below 2^53; JSON.parse reads them as numbers anyway).
+pub fn typescript() -> String {
+    let language = Typescript::default().bigint(BigIntExportBehavior::Number).header(
+        "// @ts-nocheck: generated code, checked where it is used\n\
+         // Generated from the Rust types by src-tauri/bindings.rs (scripts/bindings.sh): do not edit.",
+    );
+    let mut out = builder().export_str(language).expect("the contract's types export to TypeScript");
+    out.push_str("\n/** the contract's constants **/\n\n");
+    for (name, value) in constants() {
+        out.push_str(&format!("export const {name} = {value} as const;\n"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The file in ui/ is what the Rust types say. SPECULA_WRITE_BINDINGS=1 writes it.
+    #[test]
+    fn the_typescript_bindings_are_current() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(BINDINGS_PATH);
+        let generated = typescript();
+        if std::env::var_os("SPECULA_WRITE_BINDINGS").is_some() {
+            std::fs::write(&path, &generated).unwrap();
+        }
+        let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(on_disk == generated, "{} is stale: run scripts/bindings.sh and commit it", path.display());
+    }
+}
