@@ -17,14 +17,13 @@ pub const SETTINGS_KEY: &str = "settings";
 pub const ADDED_MODELS_KEY: &str = "added_models";
 
 fn with_store<T>(state: &AppState, f: impl FnOnce(&mut Store) -> specula_store::Result<T>) -> CommandResult<T> {
-    let mut store =
-        state.store.lock().map_err(|_| ErrorInfo::new(ErrorCode::Internal, "the history database is unavailable"))?;
+    let mut store = state.store.lock().map_err(|_| ErrorInfo::internal("the history database is unavailable"))?;
     Ok(f(&mut store)?)
 }
 
 /// Blocking work (loading models, reading model headers) off the IPC thread.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> CommandResult<T> + Send + 'static) -> CommandResult<T> {
-    tauri::async_runtime::spawn_blocking(f).await.map_err(|e| ErrorInfo::new(ErrorCode::Internal, e.to_string()))?
+    tauri::async_runtime::spawn_blocking(f).await.map_err(|e| ErrorInfo::internal(e.to_string()))?
 }
 
 #[tauri::command]
@@ -58,7 +57,7 @@ pub fn save_settings(state: State<'_, AppState>, settings: AppSettings) -> Comma
 #[specta::specta]
 pub async fn apply_models(state: State<'_, AppState>, settings: AppSettings) -> CommandResult<EngineStatus> {
     let answer = state.engine.apply(&settings)?;
-    let health = answer.recv_async().await.map_err(|_| ErrorInfo::new(ErrorCode::Internal, "the engine stopped"))?;
+    let health = answer.recv_async().await.map_err(|_| ErrorInfo::internal("the engine stopped"))?;
     Ok(crate::engine::status_of(health?))
 }
 
@@ -259,7 +258,7 @@ pub fn open_link(app: tauri::AppHandle, url: String) -> CommandResult<()> {
     use tauri_plugin_opener::OpenerExt;
     let lower = url.to_ascii_lowercase();
     if !(lower.starts_with("https://") || lower.starts_with("http://") || lower.starts_with("mailto:")) {
-        return Err(ErrorInfo::new(ErrorCode::InvalidSetting, format!("only web and mail links open: {url}")));
+        return Err(ErrorInfo::invalid_setting(format!("only web and mail links open: {url}")));
     }
-    app.opener().open_url(url, None::<&str>).map_err(|e| ErrorInfo::new(ErrorCode::Internal, e.to_string()))
+    app.opener().open_url(url, None::<&str>).map_err(|e| ErrorInfo::internal(e.to_string()))
 }

@@ -2,7 +2,7 @@
 //! reply's events are stored in the history database and forwarded to the webview's Channel.
 //! The service owns the models, the engine thread and cancellation; nothing here decodes.
 
-use crate::error::{ErrorCode, ErrorInfo};
+use crate::error::ErrorInfo;
 use crate::settings::{AppSettings, EngineSettings};
 use specula_engine::protocol::{EngineStatus, ReplyEvent};
 use specula_engine::service::{
@@ -85,7 +85,7 @@ impl Engine {
                 forward(&ticket, &job, &store);
                 cancels.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
             })
-            .map_err(|e| ErrorInfo::new(ErrorCode::Internal, format!("starting a reply: {e}")))?;
+            .map_err(|e| ErrorInfo::internal(format!("starting a reply: {e}")))?;
         Ok(id)
     }
 

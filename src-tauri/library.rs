@@ -148,7 +148,7 @@ pub async fn diagnose(target: String, draft: String) -> CommandResult<Diagnosis>
         let d = specula_hub::doctor::diagnose(&target, &draft)?;
         Ok::<_, ErrorInfo>(Diagnosis { compatible: d.compatible, text: d.to_string() })
     };
-    tauri::async_runtime::spawn_blocking(work).await.map_err(|e| ErrorInfo::new(ErrorCode::Internal, e.to_string()))?
+    tauri::async_runtime::spawn_blocking(work).await.map_err(|e| ErrorInfo::internal(e.to_string()))?
 }
 
 #[cfg(test)]

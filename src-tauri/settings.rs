@@ -1,7 +1,7 @@
 //! What the engine makes of the user's settings (`AppSettings`, a type of the contract: the UI
 //! edits them and the history database keeps them).
 
-use crate::error::{ErrorCode, ErrorInfo};
+use crate::error::ErrorInfo;
 use specula_engine::service::LoadSpec;
 use specula_engine::{DrafterKind, GenerateOptions, Mode, SamplingParams};
 use std::hash::{BuildHasher, Hasher};
@@ -24,11 +24,11 @@ pub trait EngineSettings {
 impl EngineSettings for AppSettings {
     fn load_spec(&self) -> Result<LoadSpec, ErrorInfo> {
         if self.target.is_empty() {
-            return Err(ErrorInfo::new(ErrorCode::InvalidSetting, "Choose a target model"));
+            return Err(ErrorInfo::invalid_setting("Choose a target model"));
         }
         let draft = match self.drafter {
             DrafterKind::Model if self.draft.is_empty() => {
-                return Err(ErrorInfo::new(ErrorCode::InvalidSetting, "Choose a draft model, prompt lookup or none"))
+                return Err(ErrorInfo::invalid_setting("Choose a draft model, prompt lookup or none"))
             }
             DrafterKind::Model => Some(crate::paths::model_path(&self.draft)?),
             DrafterKind::Lookup | DrafterKind::None => None,
