@@ -270,14 +270,19 @@ def median_reply(replies: list) -> dict:
 
 def measure(app: App, cli: str, kind: str, max_tokens: int, repeat: int) -> dict:
     """`repeat` rounds of the four replies (app plain, CLI plain, app speculative, CLI
-    speculative) in turn, so that each pair ran under the same conditions; medians kept."""
+    speculative), each pair back to back so that it ran under the same conditions; medians kept."""
     prompt = PROMPTS[kind]
     replies = {name: [] for name in ("app_plain", "cli_plain", "app_speculative", "cli_speculative")}
-    for _ in range(repeat):
-        for drafter in ("none", "model"):
+    for index in range(repeat):
+        # Orders alternate from round to round (app then CLI, CLI then app; plain then
+        # speculative, then the reverse), so that a host speeding up or slowing down across
+        # a round favours neither side of a ratio.
+        flip = index % 2 == 1
+        for drafter in ("model", "none") if flip else ("none", "model"):
             name = "plain" if drafter == "none" else "speculative"
-            replies[f"app_{name}"].append(app_reply(app, drafter, prompt, max_tokens))
-            replies[f"cli_{name}"].append(cli_reply(cli, drafter, prompt, max_tokens))
+            for side in ("cli", "app") if flip else ("app", "cli"):
+                reply = app_reply(app, drafter, prompt, max_tokens) if side == "app" else cli_reply(cli, drafter, prompt, max_tokens)
+                replies[f"{side}_{name}"].append(reply)
     run = {"kind": kind, "max_tokens": max_tokens, "repeat": repeat}
     run.update({name: median_reply(r) for name, r in replies.items()})
     # Ratios are taken within a round, whose four replies ran minutes apart at most, then the

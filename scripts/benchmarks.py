@@ -23,6 +23,23 @@ M = "M=~/.cache/specula/models; T=$M/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf; D=
 # Each file: its title, the command that writes it, and what it is for. Files not listed here
 # are still rendered, under their own name, so a new bench file is never left out.
 SECTIONS = {
+    "drafters-auto.json": (
+        "Drafters combined step by step (auto: the draft model, and free copies where the reply repeats its context)",
+        f"{M}; target/release/specula bench --model $T --draft $D --drafter auto --k auto --repeat 3 --json bench/drafters-auto.json",
+        "Every built-in set (code, prose, edit, and revision: a second turn that asks to change the code or text of the "
+        "first), greedy, plain and speculative in turn for each prompt; each speculative reply is checked identical to its "
+        "plain one. `drafters-model.json` is the same run with `--drafter model`, for the draft model alone.",
+    ),
+    "drafters-model.json": (
+        "The draft model alone, the same sets (for comparison with the combined drafter)",
+        f"{M}; target/release/specula bench --model $T --draft $D --drafter model --k auto --repeat 3 --json bench/drafters-model.json",
+        "",
+    ),
+    "history.json": (
+        "The history pool's cost (the auto drafter's copies from earlier conversations)",
+        f"{M}; cargo run --release -p specula-engine --example history_cost -- $T bench/history.json 1000",
+        "1,000 stored conversations of 1,500 tokens each, every one with its own 3-token keys (the index's worst case).",
+    ),
     "app.json": (
         "The app itself, beside the engine, in one run",
         "scripts/bench-app.sh --tokens 256,1500 --kinds code,prose --repeat 8,2   # the release app under Xvfb, driven through "
@@ -183,6 +200,14 @@ def vocab_table(data: dict) -> str:
     return f"Target step {data['target_step_ms']:.2f} ms.\n\n" + table(header, rows)
 
 
+def history_table(data: dict) -> str:
+    rows = [[f"{data['conversations']:,}", f"{data['tokens_kept']:,}", f"{data['bytes'] / 2**20:.1f} MiB (cap {data['cap_bytes'] / 2**20:.0f})",
+             f"{data['bytes_per_token_kept']:.1f}", f"{data['remember_ns_per_token']:.0f} ns", f"{data['lookup_us']:.2f} µs",
+             f"{data['lookups_found']:.2f}"]]
+    header = ["conversations", "tokens kept", "memory", "bytes a token", "remember, a token", "lookup", "lookups that found a copy"]
+    return table(header, rows)
+
+
 def app_tables(data: dict) -> str:
     rows = []
     for r in data["runs"]:
@@ -203,6 +228,8 @@ def render_file(path: Path) -> str:
     title, command, about = SECTIONS.get(path.name, (path.stem, "(not recorded)", ""))
     if path.name == "app.json":
         body = app_tables(data)
+    elif data.get("kind") == "history":
+        body = history_table(data)
     elif "rounds" in data:
         body = llama_tables(data)
     elif "prompts" in data:

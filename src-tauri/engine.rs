@@ -53,8 +53,14 @@ pub struct Engine {
 
 impl Engine {
     pub fn spawn() -> Self {
-        let config = ServiceConfig { max_queue: 8, ..Default::default() };
+        // One user's engine: their chats feed the auto drafter's copies.
+        let config = ServiceConfig { max_queue: 8, remember_chats: true, ..Default::default() };
         Self { service: EngineHandle::spawn_empty(config), cancels: Default::default() }
+    }
+
+    /// Texts of earlier conversations for the auto drafter to copy from (oldest first).
+    pub fn remember(&self, texts: Vec<String>) {
+        self.service.remember(texts);
     }
 
     pub fn status(&self) -> EngineStatus {

@@ -84,9 +84,14 @@ fn setup(app: &mut tauri::App) -> Result<(), Box<dyn std::error::Error>> {
     let store = open_history(&path, &mut notices);
     let saved: Option<settings::AppSettings> = read_setting(&store, commands::SETTINGS_KEY, &mut notices);
     let added = read_setting(&store, commands::ADDED_MODELS_KEY, &mut notices);
-    let store = Arc::new(Mutex::new(store));
     paths::set_added(added.unwrap_or_default());
     let engine = Engine::spawn();
+    // The stored chats, for the auto drafter's copies (the engine keeps about 4 MB of text).
+    match store.recent_texts(specula_engine::service::REMEMBERED_BYTES) {
+        Ok(texts) => engine.remember(texts),
+        Err(e) => tracing::warn!("the history's texts could not be read for drafting: {e}"),
+    }
+    let store = Arc::new(Mutex::new(store));
     // Load the chosen models in the background; replies queue behind the load. A model that
     // cannot load leaves the app usable, with the reason in the status line. A first run
     // whose default models are not there yet loads nothing: the window offers to download them.

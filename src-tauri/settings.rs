@@ -31,6 +31,9 @@ impl EngineSettings for AppSettings {
                 return Err(ErrorInfo::invalid_setting("Choose a draft model, prompt lookup or none"))
             }
             DrafterKind::Model => Some(crate::paths::model_path(&self.draft)?),
+            // Auto without a draft model drafts with copies alone.
+            DrafterKind::Auto if self.draft.is_empty() => None,
+            DrafterKind::Auto => Some(crate::paths::model_path(&self.draft)?),
             DrafterKind::Lookup | DrafterKind::None => None,
         };
         let target = crate::paths::model_path(&self.target)?;

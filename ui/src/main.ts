@@ -367,7 +367,10 @@ async function openSettings(): Promise<void> {
   target.value = s.target;
   target.disabled = !state.backend.canChooseTarget;
   target.onchange = () => void loadModels(target.value).then((list) => fillDrafts(list, target.value, 'none'));
-  fillDrafts(models, s.target, s.drafter === 'model' ? `model:${s.draft}` : s.drafter);
+  const withModel = s.drafter === 'model' || s.drafter === 'auto';
+  fillDrafts(models, s.target, withModel ? `model:${s.draft}` : s.drafter);
+  const copies = form.elements.namedItem('copies') as HTMLInputElement;
+  copies.checked = s.drafter === 'auto';
   const k = form.elements.namedItem('k') as HTMLSelectElement;
   k.replaceChildren(option('auto', 'auto (measured)'), ...Array.from({ length: 16 }, (_, i) => option(String(i + 1), String(i + 1))));
   k.value = String(s.k);
@@ -428,10 +431,12 @@ function readSettings(): Settings {
   const value = (name: string) => (form.elements.namedItem(name) as HTMLInputElement).value;
   const draft = value('draft');
   const k = value('k');
+  const copies = (form.elements.namedItem('copies') as HTMLInputElement).checked;
+  const model: Settings['drafter'] = copies ? 'auto' : 'model';
   return {
     ...state.settings,
     target: value('target'),
-    drafter: draft.startsWith('model:') ? 'model' : (draft as Settings['drafter']),
+    drafter: draft.startsWith('model:') ? model : (draft as Settings['drafter']),
     draft: draft.startsWith('model:') ? draft.slice('model:'.length) : state.settings.draft,
     k: k === 'auto' ? 'auto' : Number(k),
     mode: value('mode') as Settings['mode'],
@@ -471,7 +476,13 @@ function showStatus(status: Awaited<ReturnType<Backend['status']>>): void {
   const name = (path: string | null) => (path ? (path.split('/').pop() ?? path).replace(/\.gguf$/, '') : 'none');
   // Replies carry the user's own drafter; the status shows what they will get.
   const chosen = state.backend.canChooseTarget ? state.settings.drafter : (status.drafter ?? state.settings.drafter);
-  const drafter = chosen === 'lookup' ? 'prompt lookup' : chosen === 'model' ? name(status.draft) : 'none';
+  const drafters: Record<Settings['drafter'], string> = {
+    none: 'none',
+    lookup: 'prompt lookup',
+    model: name(status.draft),
+    auto: status.draft ? `${name(status.draft)} + copies` : 'copies',
+  };
+  const drafter = drafters[chosen];
   ui.engine.dataset.state = status.state ?? (status.loading ? 'loading' : 'ready');
   if (status.loading) ui.engine.textContent = 'loading models…';
   else if (!status.target) ui.engine.textContent = `no model loaded${status.error ? '' : ': choose one in Settings'}`;

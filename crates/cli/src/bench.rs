@@ -19,7 +19,9 @@ pub struct BenchArgs {
     /// Draft lengths to compare, e.g. 1,2,4,8,auto.
     #[arg(long = "k", value_delimiter = ',', default_value = "1,2,4,8,auto")]
     ks: Vec<KSetting>,
-    /// JSON list of {"kind", "prompt"}; the built-in set has 10 code and 10 prose prompts.
+    /// JSON list of {"kind", "prompt", "history"?}; the built-in set has 10 code, 10 prose and
+    /// 10 edit prompts, and 6 revision turns (a second turn that asks to change the code or
+    /// text of the first, given as `history`).
     #[arg(long)]
     prompts: Option<PathBuf>,
     /// Only prompts of this kind (code, prose, ...).
@@ -43,6 +45,9 @@ pub struct BenchArgs {
 struct BenchPrompt {
     kind: String,
     prompt: String,
+    /// Earlier turns of the conversation, before `prompt` (the user's last message).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    history: Vec<specula_engine::Message>,
 }
 
 #[derive(Serialize)]
@@ -137,7 +142,8 @@ fn cost_context(session: &specula_engine::Session) -> Result<Vec<u32>, String> {
 }
 
 pub fn bench(args: BenchArgs) -> CliResult {
-    if args.model.draft.is_none() && args.model.drafter != Some(specula_engine::DrafterKind::Lookup) {
+    use specula_engine::DrafterKind;
+    if args.model.draft.is_none() && !matches!(args.model.drafter, Some(DrafterKind::Lookup | DrafterKind::Auto)) {
         return Err("bench compares plain with speculative decoding: give --draft or --drafter lookup".into());
     }
     let prompts = load_prompts(&args)?;
@@ -158,9 +164,9 @@ pub fn bench(args: BenchArgs) -> CliResult {
     };
     let mut runs = Vec::new();
     for (i, item) in prompts.iter().enumerate() {
-        let prompt = session
-            .chat_prompt(&[specula_engine::Message::user(item.prompt.clone())], &[])
-            .map_err(|e| e.to_string())?;
+        let mut messages = item.history.clone();
+        messages.push(specula_engine::Message::user(item.prompt.clone()));
+        let prompt = session.chat_prompt(&messages, &[]).map_err(|e| e.to_string())?;
         for k in args.ks.iter().flat_map(|k| std::iter::repeat_n(k, args.repeat as usize)) {
             // Plain and speculative back to back, per k, so both see the same machine state.
             let plain = session.generate_plain(&prompt, &options, &mut NullSink).map_err(|e| e.to_string())?;

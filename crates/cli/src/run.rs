@@ -368,6 +368,7 @@ impl TokenSink for Printer {
         let mut out = std::io::stdout().lock();
         let code = match token.source {
             Source::Accepted => "32",  // green
+            Source::Copied => "35",    // magenta
             Source::Resampled => "33", // yellow
             Source::Bonus => "36",     // cyan
             Source::Target => "",

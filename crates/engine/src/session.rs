@@ -4,7 +4,8 @@ use crate::chat::Message;
 use crate::decode::{GenerateOptions, Generation, TokenSink};
 use crate::error::{Error, Result};
 use crate::speculative::{
-    check_pair, generate_speculative, CostModel, DraftModel, Drafter, PromptLookup, SpeculativeOptions,
+    check_pair, generate_speculative, Combined, CostModel, DraftModel, Drafter, History, PromptLookup,
+    SpeculativeOptions,
 };
 use crate::{LoadedModel, ModelInfo};
 use candle_core::Device;
@@ -42,13 +43,29 @@ pub struct Session {
     pub target: LoadedModel,
     draft: Option<(DraftModel, ModelInfo)>,
     lookup: PromptLookup,
+    /// Earlier conversations, for the auto drafter's copies: only what the owner remembers.
+    history: History,
     /// What each drafter's steps have cost so far, kept across replies.
     costs: std::collections::HashMap<DrafterKind, CostModel>,
 }
 
+/// The history pool's default cap: about 1.6 million tokens, a thousand long conversations.
+pub const HISTORY_BYTES: usize = 64 << 20;
+
 impl Session {
     pub fn new(target: LoadedModel) -> Self {
-        Self { target, draft: None, lookup: PromptLookup::default(), costs: Default::default() }
+        let history = History::new(HISTORY_BYTES);
+        Self { target, draft: None, lookup: PromptLookup::default(), history, costs: Default::default() }
+    }
+
+    /// Keep `tokens` (a message, a reply) for the auto drafter to copy from in later replies.
+    /// Decoding remembers nothing by itself: the owner decides what a user's history is.
+    pub fn remember(&mut self, tokens: &[u32]) {
+        self.history.remember(tokens);
+    }
+
+    pub fn history(&self) -> &History {
+        &self.history
     }
 
     /// The drafter a reply gets when it asks for none: the draft model when one is loaded.
@@ -118,8 +135,15 @@ impl Session {
         decoding: Decoding,
         sink: &mut dyn TokenSink,
     ) -> Result<Generation> {
+        let mut combined;
         let drafter: &mut dyn Drafter = match (decoding.drafter, &mut self.draft) {
             (DrafterKind::Model, Some((draft, _))) => draft,
+            (DrafterKind::Auto, Some((draft, _))) => {
+                combined = Combined::new(draft).with_history(&self.history);
+                &mut combined
+            }
+            // Without a draft model, auto has only the copies.
+            (DrafterKind::Auto, None) => &mut self.lookup,
             (DrafterKind::Model, None) => {
                 return Err(Error::InvalidSetting("no draft model is loaded: choose prompt lookup or none".into()))
             }

@@ -1,6 +1,7 @@
 //! The fast exactness tier, on tiny random models (seconds, not minutes): greedy and
 //! reproducible speculative replies are token-identical to plain decoding for every k from 1
-//! to 8 and auto, with a close draft, a poor draft and prompt lookup; a batched pass scores
+//! to 8 and auto, with a close draft, a poor draft, prompt lookup and a draft combined with
+//! copies; a batched pass scores
 //! every position as single-token passes do; a rollback leaves the cache as if the rejected
 //! tokens had never been fed. `speculative.rs` checks the same on the real pair.
 
@@ -8,7 +9,9 @@ mod common;
 
 use common::tiny::Tiny;
 use common::{ids, InvariantSink};
-use specula_engine::speculative::{generate_speculative, CostModel, DraftModel, Drafter, KSetting, PromptLookup};
+use specula_engine::speculative::{
+    generate_speculative, Combined, CostModel, DraftModel, Drafter, KSetting, PromptLookup,
+};
 use specula_engine::{
     generate_plain, CachedModel, GenerateOptions, Generation, Mode, NullSink, SamplingParams, Source,
     SpeculativeOptions, Tokenizer,
@@ -36,6 +39,7 @@ fn drafters() -> Vec<(&'static str, Box<dyn Drafter>)> {
         ("poor draft", Box::new(DraftModel::new(Tiny::chat(77, 0.0).model()))),
         ("pruned draft", Box::new(pruned)),
         ("prompt lookup", Box::new(PromptLookup::default())),
+        ("draft and copies", Box::new(Combined::new(DraftModel::new(Tiny::chat(1, 0.05).model())))),
     ]
 }
 
@@ -91,8 +95,13 @@ fn compare_with_plain(
 fn greedy_speculative_equals_plain_for_every_k_and_drafter() {
     let sources = compare_with_plain(SamplingParams::greedy(), 48);
     eprintln!("{sources:?}");
-    for (name, least) in [("close draft", 500), ("pruned draft", 100), ("prompt lookup", 30)] {
-        assert!(sources.get(&(name, Source::Accepted)).copied().unwrap_or(0) > least, "{name} drafts were accepted");
+    let kept = |name, source| sources.get(&(name, source)).copied().unwrap_or(0);
+    for (name, least) in [("close draft", 500), ("pruned draft", 100), ("draft and copies", 100)] {
+        assert!(kept(name, Source::Accepted) > least, "{name}: the model's drafts were accepted");
+    }
+    // Beside a close draft, copies take only the steps where they are expected to deliver more.
+    for (name, least) in [("prompt lookup", 30), ("draft and copies", 5)] {
+        assert!(kept(name, Source::Copied) > least, "{name}: copies were accepted");
     }
     assert!(sources.get(&("poor draft", Source::Resampled)).copied().unwrap_or(0) > 100, "the poor draft was rejected");
 }

@@ -1,14 +1,16 @@
 //! Sample mode keeps the target's distribution: over 20,000 replies from tiny random models
 //! (vocabulary 16, draft and target different), the joint distribution of the first three
 //! tokens matches the target's exact distribution (chi-square, p > 0.001). The same test
-//! rejects a deliberately wrong rule (accept every draft), which shows it has power.
+//! rejects a deliberately wrong rule (accept every draft), which shows it has power. The same
+//! holds when the combined drafter copies from a prompt that repeats itself.
 
 mod common;
 
 use common::tiny::Tiny;
 use specula_engine::sampling::{Sampler, TokenDistribution};
 use specula_engine::speculative::{
-    accept_sampled, generate_speculative, CostModel, DraftModel, Drafter, KSetting, Outcome, SpeculativeOptions,
+    accept_sampled, generate_speculative, Combined, CostModel, DraftModel, Drafter, KSetting, Outcome,
+    SpeculativeOptions,
 };
 use specula_engine::{CachedModel, GenerateOptions, Mode, NullSink, SamplingParams, Source, Tokenizer};
 use statrs::distribution::{ChiSquared, ContinuousCDF};
@@ -19,31 +21,43 @@ const RUNS: usize = 20_000;
 const PROMPT: [u32; 2] = [3, 7];
 
 fn tiny_model(seed: u64, noise: f32) -> CachedModel {
-    Tiny::stats(seed, noise).model()
+    // Room for the repeating prompt (29 tokens) and a reply.
+    Tiny { context: 64, ..Tiny::stats(seed, noise) }.model()
 }
 
 fn tokenizer() -> Tokenizer {
     Tiny::stats(0, 0.0).tokenizer()
 }
 
-/// The target's exact probability of every 3-token continuation, by enumeration.
-fn exact_joint(target: &mut CachedModel, params: &SamplingParams) -> Vec<f64> {
+/// "3 7", the target's own greedy text after it (24 tokens), then "3 7" and that text's first
+/// token again: the first step has a copy to propose (the rest of that text), likely enough
+/// under the target that copies are kept as well as rejected.
+fn repeating_prompt() -> Vec<u32> {
+    let mut target = tiny_model(1, 0.0);
+    let options = GenerateOptions { max_tokens: 24, sampling: SamplingParams::greedy(), ..Default::default() };
+    let text = specula_engine::generate_plain(&mut target, &tokenizer(), &PROMPT, &options, &mut NullSink).unwrap();
+    let ids: Vec<u32> = text.tokens.iter().map(|t| t.id).collect();
+    PROMPT.iter().chain(&ids).chain(&PROMPT).chain(&ids[..1]).copied().collect()
+}
+
+/// The target's exact probability of every 3-token continuation of `prompt`, by enumeration.
+fn exact_joint(target: &mut CachedModel, params: &SamplingParams, prompt: &[u32]) -> Vec<f64> {
     let mut joint = vec![0f64; VOCAB.pow(3)];
     let probs = |model: &mut CachedModel, context: &[u32]| {
         params.probabilities(&model.advance_to(context).unwrap(), context).unwrap()
     };
-    let p1 = probs(target, &PROMPT);
+    let after = |tokens: &[usize]| prompt.iter().copied().chain(tokens.iter().map(|&t| t as u32)).collect::<Vec<_>>();
+    let p1 = probs(target, prompt);
     for a in 0..VOCAB {
         if p1[a] == 0.0 {
             continue;
         }
-        let ctx_a = [PROMPT[0], PROMPT[1], a as u32];
-        let p2 = probs(target, &ctx_a);
+        let p2 = probs(target, &after(&[a]));
         for b in 0..VOCAB {
             if p2[b] == 0.0 {
                 continue;
             }
-            let p3 = probs(target, &[PROMPT[0], PROMPT[1], a as u32, b as u32]);
+            let p3 = probs(target, &after(&[a, b]));
             for c in 0..VOCAB {
                 joint[a * VOCAB * VOCAB + b * VOCAB + c] = p1[a] as f64 * p2[b] as f64 * p3[c] as f64;
             }
@@ -94,13 +108,23 @@ fn speculative_p_value_with(
     spec: SpeculativeOptions,
     pruned: Option<&[u32]>,
 ) -> (f64, HashMap<String, usize>) {
-    let mut target = tiny_model(1, 0.0);
     let mut draft = DraftModel::new(tiny_model(1, 0.5));
     if let Some(ids) = pruned {
         assert!(draft.restrict_vocab(Some(ids)).unwrap());
     }
+    fit(params, spec, &mut draft, &PROMPT)
+}
+
+/// The p-value of the fit of replies to `prompt` drafted by `drafter`, and their sources.
+fn fit(
+    params: SamplingParams,
+    spec: SpeculativeOptions,
+    draft: &mut dyn Drafter,
+    prompt: &[u32],
+) -> (f64, HashMap<String, usize>) {
+    let mut target = tiny_model(1, 0.0);
     let tokenizer = tokenizer();
-    let expected = exact_joint(&mut target, &params);
+    let expected = exact_joint(&mut target, &params, prompt);
     let mut counts = vec![0usize; VOCAB.pow(3)];
     let mut sources: HashMap<String, usize> = HashMap::new();
     for run in 0..RUNS {
@@ -111,9 +135,9 @@ fn speculative_p_value_with(
         };
         let g = generate_speculative(
             &mut target,
-            &mut draft,
+            &mut *draft,
             &tokenizer,
-            &PROMPT,
+            prompt,
             &options,
             &spec,
             &mut CostModel::new(),
@@ -176,6 +200,23 @@ fn sample_mode_is_target_distributed_with_a_pruned_draft() {
     let (p, sources) = speculative_p_value_with(sample_params(1.0), exact(), Some(&ids));
     assert_all_paths_taken(&sources);
     assert!(p > 0.001, "p = {p}");
+}
+
+#[test]
+fn sample_mode_is_target_distributed_with_copies_and_drafts_combined() {
+    // Copies are proposed with certainty (q one-hot): kept with probability p, and on a
+    // rejection the target resamples from what is left of p.
+    let prompt = repeating_prompt();
+    let mut combined = Combined::new(DraftModel::new(tiny_model(1, 0.5)));
+    let (p, sources) = fit(sample_params(1.0), exact(), &mut combined, &prompt);
+    let count = |source: &str| sources.get(source).copied().unwrap_or(0);
+    assert!(count("Copied") > RUNS / 50 && count("Resampled") > RUNS / 50, "{sources:?}");
+    assert!(count("Bonus") > RUNS / 500, "every copy kept, too rare: {sources:?}");
+    assert!(p > 0.001, "p = {p}");
+    let broken = SpeculativeOptions { k: KSetting::Fixed(2), sampled_accept: always_accept };
+    let mut combined = Combined::new(DraftModel::new(tiny_model(1, 0.5)));
+    let (p, _) = fit(sample_params(1.0), broken, &mut combined, &prompt);
+    assert!(p < 0.001, "a broken verifier passed with copies: p = {p}");
 }
 
 #[test]

@@ -81,6 +81,7 @@ impl AppSettings {
             DrafterKind::None => format!("plain · {mode}"),
             DrafterKind::Lookup => format!("prompt lookup · k {k} · {mode}"),
             DrafterKind::Model => format!("draft model · k {k} · {mode}"),
+            DrafterKind::Auto => format!("draft model + copies · k {k} · {mode}"),
         }
     }
 }
@@ -93,6 +94,7 @@ pub fn label_cases() -> Vec<(AppSettings, String)> {
         AppSettings { mode: Mode::Sample, seed: Some(7), k: KSetting::Fixed(4), ..base.clone() },
         AppSettings { mode: Mode::Reproducible, seed: None, ..base.clone() },
         AppSettings { drafter: DrafterKind::Lookup, mode: Mode::Reproducible, seed: Some(42), ..base.clone() },
+        AppSettings { drafter: DrafterKind::Auto, mode: Mode::Greedy, ..base.clone() },
         AppSettings { drafter: DrafterKind::None, mode: Mode::Sample, seed: Some(1), ..base },
     ];
     cases.into_iter().map(|s| (s.clone(), s.label())).collect()

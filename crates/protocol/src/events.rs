@@ -10,8 +10,11 @@ use specta::Type;
 pub enum Source {
     /// Plain decoding, no draft.
     Target,
-    /// A draft token the target kept.
+    /// A draft model's token the target kept.
     Accepted,
+    /// A token copied from earlier text (prompt lookup, or the combined drafter's free
+    /// copies) that the target kept.
+    Copied,
     /// Drawn from the target at the first rejection.
     Resampled,
     /// Drawn from the target after every draft was accepted.
@@ -96,6 +99,11 @@ pub struct SpeculativeStats {
     pub drafter: String,
     pub drafted: usize,
     pub accepted: usize,
+    /// Of `drafted` and `accepted`, the tokens that were copies (no draft model's work).
+    #[serde(default)]
+    pub copied: usize,
+    #[serde(default)]
+    pub copied_accepted: usize,
     pub acceptance_rate: f64,
     pub target_passes: usize,
     pub tokens_per_pass: f64,

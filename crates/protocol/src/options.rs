@@ -211,6 +211,9 @@ pub enum DrafterKind {
     Model,
     /// n-grams from the conversation.
     Lookup,
+    /// The draft model, and free copies from the conversation where it repeats itself:
+    /// whichever is expected to deliver more takes each step.
+    Auto,
 }
 
 impl DrafterKind {
@@ -220,6 +223,7 @@ impl DrafterKind {
             DrafterKind::None => "none",
             DrafterKind::Model => "model",
             DrafterKind::Lookup => "lookup",
+            DrafterKind::Auto => "auto",
         }
     }
 }
@@ -231,7 +235,8 @@ impl std::str::FromStr for DrafterKind {
             "none" => Ok(DrafterKind::None),
             "model" => Ok(DrafterKind::Model),
             "lookup" => Ok(DrafterKind::Lookup),
-            _ => invalid(format!("drafter `{s}`: expected model, lookup or none")),
+            "auto" => Ok(DrafterKind::Auto),
+            _ => invalid(format!("drafter `{s}`: expected auto, model, lookup or none")),
         }
     }
 }

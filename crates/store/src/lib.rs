@@ -181,6 +181,11 @@ impl Store {
 
     fn init(conn: Connection) -> Result<Self> {
         conn.pragma_update(None, "journal_mode", "WAL")?;
+        // A streaming reply commits its tokens ten times a second. With WAL, NORMAL syncs at
+        // checkpoints only: a crash of the app still loses nothing committed (the WAL is in the
+        // OS's hands), a power cut may lose the last commits but never corrupts the file; FULL
+        // put an fsync on the engine's cores at every commit.
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.execute_batch(SCHEMA)?;
         Ok(Self { conn })
@@ -222,6 +227,26 @@ impl Store {
             .ok_or_else(|| StoreError::NotFound(format!("No conversation {id}")))?;
         let (title, system_prompt, updated_at) = head;
         Ok(Conversation { id, title, system_prompt, updated_at, messages: self.messages(id)? })
+    }
+
+    /// The texts of the newest user and assistant messages, oldest first, up to about
+    /// `max_bytes` in all: what the engine's auto drafter may copy from.
+    pub fn recent_texts(&self, max_bytes: usize) -> Result<Vec<String>> {
+        let mut stmt = self.conn.prepare(
+            "SELECT content FROM messages WHERE role IN ('user', 'assistant') AND content != '' ORDER BY id DESC",
+        )?;
+        let mut texts = Vec::new();
+        let mut bytes = 0;
+        for content in stmt.query_map([], |r| r.get::<_, String>(0))? {
+            let content = content?;
+            bytes += content.len();
+            if bytes > max_bytes {
+                break;
+            }
+            texts.push(content);
+        }
+        texts.reverse();
+        Ok(texts)
     }
 
     fn messages(&self, conversation_id: i64) -> Result<Vec<StoredMessage>> {
@@ -414,6 +439,7 @@ fn source_name(source: Source) -> &'static str {
     match source {
         Source::Target => "target",
         Source::Accepted => "accepted",
+        Source::Copied => "copied",
         Source::Resampled => "resampled",
         Source::Bonus => "bonus",
     }
@@ -422,6 +448,7 @@ fn source_name(source: Source) -> &'static str {
 fn parse_source(name: &str) -> Source {
     match name {
         "accepted" => Source::Accepted,
+        "copied" => Source::Copied,
         "resampled" => Source::Resampled,
         "bonus" => Source::Bonus,
         _ => Source::Target,
@@ -465,6 +492,23 @@ mod tests {
         );
         assert_eq!(tokens[1].q, Some(0.1));
         assert_eq!(tokens[2].p, None);
+    }
+
+    #[test]
+    fn recent_texts_are_the_newest_messages_oldest_first_within_the_cap() {
+        let mut store = Store::open_in_memory().unwrap();
+        let c = store.create_conversation().unwrap();
+        store.add_message(c.id, "system", "a system prompt is not the user's text", None).unwrap();
+        for text in ["first question", "first answer", "second question", "second answer"] {
+            let role = if text.ends_with("question") { "user" } else { "assistant" };
+            store.add_message(c.id, role, text, None).unwrap();
+        }
+        store.add_message(c.id, "assistant", "", None).unwrap(); // a reply that never began
+        assert_eq!(
+            store.recent_texts(1 << 20).unwrap(),
+            ["first question", "first answer", "second question", "second answer"]
+        );
+        assert_eq!(store.recent_texts(30).unwrap(), ["second question", "second answer"]);
     }
 
     #[test]

@@ -173,7 +173,12 @@ export type DrafterKind =
 /**
  * n-grams from the conversation.
  */
-"lookup"
+"lookup" | 
+/**
+ * The draft model, and free copies from the conversation where it repeats itself:
+ * whichever is expected to deliver more takes each step.
+ */
+"auto"
 /**
  * The engine service's state.
  */
@@ -338,9 +343,14 @@ export type Source =
  */
 "target" | 
 /**
- * A draft token the target kept.
+ * A draft model's token the target kept.
  */
 "accepted" | 
+/**
+ * A token copied from earlier text (prompt lookup, or the combined drafter's free
+ * copies) that the target kept.
+ */
+"copied" | 
 /**
  * Drawn from the target at the first rejection.
  */
@@ -352,7 +362,11 @@ export type Source =
 /**
  * Speculative figures of one reply.
  */
-export type SpeculativeStats = { drafter: string; drafted: number; accepted: number; acceptance_rate: number; target_passes: number; tokens_per_pass: number; draft_ms: number; verify_ms: number; 
+export type SpeculativeStats = { drafter: string; drafted: number; accepted: number; 
+/**
+ * Of `drafted` and `accepted`, the tokens that were copies (no draft model's work).
+ */
+copied?: number; copied_accepted?: number; acceptance_rate: number; target_passes: number; tokens_per_pass: number; draft_ms: number; verify_ms: number; 
 /**
  * The median plain step timed in this reply, what `speedup_vs_plain` compares against;
  * None while too few were timed.
@@ -492,4 +506,4 @@ export const DEFAULT_AUTO_K_MAX = 8 as const;
 export const DEFAULT_CONTEXT = 4096 as const;
 export const DEFAULT_MAX_TOKENS = 512 as const;
 export const ERROR_CODES = ["io","not_gguf","truncated","bad_header","unsupported_architecture","bad_metadata","tokenizer","template","context_overflow","model_too_large","incompatible_draft","invalid_setting","invalid_grammar","invalid_logits","busy","no_model","engine_panic","compute","storage","not_found","invalid_request","http","checksum","disk_full","cancelled","interrupted","no_gguf","bad_name","oversized","internal","history_in_memory","history_set_aside","path_not_allowed","settings_reset"] as const;
-export const LABEL_CASES = [[{"target":"t.gguf","draft":"d.gguf","drafter":"model","k":"auto","mode":"greedy","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":3,"max_tokens":512,"context":4096,"device":"auto"},"draft model · k auto · greedy"],[{"target":"t.gguf","draft":"d.gguf","drafter":"model","k":4,"mode":"sample","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":7,"max_tokens":512,"context":4096,"device":"auto"},"draft model · k 4 · sample · seed 7"],[{"target":"t.gguf","draft":"d.gguf","drafter":"model","k":"auto","mode":"reproducible","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":null,"max_tokens":512,"context":4096,"device":"auto"},"draft model · k auto · reproducible"],[{"target":"t.gguf","draft":"d.gguf","drafter":"lookup","k":"auto","mode":"reproducible","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":42,"max_tokens":512,"context":4096,"device":"auto"},"prompt lookup · k auto · reproducible · seed 42"],[{"target":"t.gguf","draft":"d.gguf","drafter":"none","k":"auto","mode":"sample","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":1,"max_tokens":512,"context":4096,"device":"auto"},"plain · sample · seed 1"]] as const;
+export const LABEL_CASES = [[{"target":"t.gguf","draft":"d.gguf","drafter":"model","k":"auto","mode":"greedy","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":3,"max_tokens":512,"context":4096,"device":"auto"},"draft model · k auto · greedy"],[{"target":"t.gguf","draft":"d.gguf","drafter":"model","k":4,"mode":"sample","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":7,"max_tokens":512,"context":4096,"device":"auto"},"draft model · k 4 · sample · seed 7"],[{"target":"t.gguf","draft":"d.gguf","drafter":"model","k":"auto","mode":"reproducible","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":null,"max_tokens":512,"context":4096,"device":"auto"},"draft model · k auto · reproducible"],[{"target":"t.gguf","draft":"d.gguf","drafter":"lookup","k":"auto","mode":"reproducible","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":42,"max_tokens":512,"context":4096,"device":"auto"},"prompt lookup · k auto · reproducible · seed 42"],[{"target":"t.gguf","draft":"d.gguf","drafter":"auto","k":"auto","mode":"greedy","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":null,"max_tokens":512,"context":4096,"device":"auto"},"draft model + copies · k auto · greedy"],[{"target":"t.gguf","draft":"d.gguf","drafter":"none","k":"auto","mode":"sample","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":1,"max_tokens":512,"context":4096,"device":"auto"},"plain · sample · seed 1"]] as const;

@@ -5,9 +5,9 @@ import { renderMarkdown } from './markdown';
 import { PAINT_INTERVAL_MS, ReplyStream } from './stream';
 import { type Block, blocksOf, renderTokens } from './tokens';
 
-const SOURCES: TokenEvent['source'][] = ['accepted', 'resampled', 'bonus', 'target'];
+const SOURCES: TokenEvent['source'][] = ['accepted', 'copied', 'resampled', 'bonus', 'target'];
 
-const tok = (text: string, i = 0): TokenEvent => ({ id: i, text, source: SOURCES[i % 4], p: 0.5, q: i % 2 ? 0.25 : undefined });
+const tok = (text: string, i = 0): TokenEvent => ({ id: i, text, source: SOURCES[i % SOURCES.length], p: 0.5, q: i % 2 ? 0.25 : undefined });
 
 /** A small deterministic generator, so that a failing case can be replayed. */
 function random(seed: number): () => number {

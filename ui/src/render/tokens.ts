@@ -6,6 +6,7 @@ import type { Source, TokenEvent } from '../api/types';
 
 export const SOURCE_LABELS: Record<Source, string> = {
   accepted: 'draft accepted',
+  copied: 'copied from earlier text, kept',
   resampled: 'target resampled',
   bonus: 'target bonus',
   target: 'plain target',

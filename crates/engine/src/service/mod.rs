@@ -30,6 +30,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// Text the engine keeps for the auto drafter's copies, newest kept: about a million tokens,
+/// which a newly loaded target re-reads in a few seconds at most.
+pub const REMEMBERED_BYTES: usize = 4 << 20;
+
 /// How long the engine waits on a reader that takes no event before it gives the job up.
 pub const STALL_LIMIT: Duration = Duration::from_secs(60);
 
@@ -46,11 +50,21 @@ pub struct ServiceConfig {
     pub default_drafter: Option<DrafterKind>,
     /// Events buffered per ticket before the engine waits for its reader.
     pub event_buffer: usize,
+    /// Remember each chat request's last user message and its reply, for the auto drafter's
+    /// copies in later replies. For one user's own engine (the app); a server that answers
+    /// several users keeps it off, so that no reply is drafted from another user's text.
+    pub remember_chats: bool,
 }
 
 impl Default for ServiceConfig {
     fn default() -> Self {
-        Self { max_queue: 32, default_k: KSetting::default(), default_drafter: None, event_buffer: 64 }
+        Self {
+            max_queue: 32,
+            default_k: KSetting::default(),
+            default_drafter: None,
+            event_buffer: 64,
+            remember_chats: false,
+        }
     }
 }
 
@@ -102,6 +116,9 @@ impl Request {
 
 /// What a ticket hears, in order: `Started`, `Prefill` progress, then `Token`s and `Step`s,
 /// and last exactly one `Done` or `Failed`.
+// `Done` is far larger than a token event, but it comes once a reply: boxing it would save a
+// few hundred bytes of a channel's slots at the cost of every reader's patterns.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Event {
     /// The prompt fits; `prompt_tokens` will be read.
@@ -268,6 +285,8 @@ enum Job {
     // Boxed: a request (its options, grammar and tools) is far larger than a load.
     Generate(Box<GenerateJob>),
     Load(LoadSpec, flume::Sender<std::result::Result<Health, ErrorInfo>>),
+    /// Texts of earlier conversations, oldest first, for the auto drafter to copy from.
+    Remember(Vec<String>),
 }
 
 struct GenerateJob {
@@ -347,6 +366,14 @@ impl EngineHandle {
             tracing::error!("the engine thread is gone");
         }
         receiver
+    }
+
+    /// Add texts of earlier conversations (oldest first) to what the auto drafter copies
+    /// from: the app's stored history at start. Kept across model loads, within a cap.
+    pub fn remember(&self, texts: Vec<String>) {
+        if self.jobs.send(Job::Remember(texts)).is_err() {
+            tracing::error!("the engine thread is gone");
+        }
     }
 
     pub fn health(&self) -> Health {

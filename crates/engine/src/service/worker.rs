@@ -24,6 +24,40 @@ struct Loaded {
 pub(super) struct Worker {
     loaded: Option<Loaded>,
     shared: Arc<Shared>,
+    /// Texts remembered for the auto drafter, as text: a new target tokenizes them anew.
+    remembered: Remembered,
+}
+
+/// Texts kept for the history pool, oldest first, at most [`super::REMEMBERED_BYTES`] of them.
+#[derive(Default)]
+struct Remembered {
+    texts: std::collections::VecDeque<String>,
+    bytes: usize,
+}
+
+impl Remembered {
+    fn push(&mut self, text: String) {
+        self.bytes += text.len();
+        self.texts.push_back(text);
+        while self.bytes > super::REMEMBERED_BYTES {
+            let Some(old) = self.texts.pop_front() else { break };
+            self.bytes -= old.len();
+        }
+    }
+
+    /// Hand every text to `session`'s pool.
+    fn fill(&self, session: &mut Session) {
+        for text in &self.texts {
+            remember_text(session, text);
+        }
+    }
+}
+
+fn remember_text(session: &mut Session, text: &str) {
+    match session.target.tokenizer.encode(text) {
+        Ok(tokens) => session.remember(&tokens),
+        Err(e) => tracing::debug!("a text to remember did not tokenize: {e}"),
+    }
 }
 
 impl Worker {
@@ -32,7 +66,7 @@ impl Worker {
             let device = session.target.model.model().device();
             Loaded { session, spec: None, device }
         });
-        let worker = Self { loaded, shared };
+        let worker = Self { loaded, shared, remembered: Remembered::default() };
         worker.publish(None);
         worker
     }
@@ -47,6 +81,14 @@ impl Worker {
                     let _ = answer.send(result.map(|()| health));
                 }
                 Job::Generate(job) => self.serve(*job),
+                Job::Remember(texts) => {
+                    for text in texts {
+                        if let Some(loaded) = &mut self.loaded {
+                            remember_text(&mut loaded.session, &text);
+                        }
+                        self.remembered.push(text);
+                    }
+                }
             }
         }
     }
@@ -104,7 +146,8 @@ impl Worker {
             self.shared.update_health(|h| h.state = EngineState::Loading);
             let device = device::select(&spec.device)?;
             tracing::info!("loading target {}", spec.target.display());
-            let session = Session::load(&spec.target, &device, spec.context)?;
+            let mut session = Session::load(&spec.target, &device, spec.context)?;
+            self.remembered.fill(&mut session);
             let spec = LoadSpec { draft: None, draft_vocab: None, ..spec.clone() };
             self.loaded = Some(Loaded { session, spec: Some(spec), device });
         }
@@ -151,6 +194,9 @@ impl Worker {
             }
         };
         let outcome = attempt.unwrap_or_else(|panic| Err(self.recover(&panic)));
+        if let (Ok(generation), true) = (&outcome, shared.config.remember_chats) {
+            self.remember_chat(&request, generation);
+        }
         let event = match outcome {
             Ok(generation) => Event::Done(generation),
             Err(error) => {
@@ -164,6 +210,17 @@ impl Worker {
         // for the health sees it gone.
         drop(slot);
         sink.deliver_last(event);
+    }
+
+    /// Keep a chat's last user message and its reply for later replies' copies.
+    fn remember_chat(&mut self, request: &Request, generation: &Generation) {
+        let Prompt::Chat(messages) = &request.prompt else { return };
+        let Some(loaded) = &mut self.loaded else { return };
+        let question = messages.iter().rev().find(|m| m.role == crate::chat::Role::User);
+        for text in question.map(|m| m.content.clone()).into_iter().chain([generation.text.clone()]) {
+            remember_text(&mut loaded.session, &text);
+            self.remembered.push(text);
+        }
     }
 
     /// The loaded session, if it is the one `request` asks for.

@@ -1,13 +1,13 @@
 //! Drafters propose tokens for the target to verify. A small draft model is one; prompt
-//! lookup (n-grams from the conversation) is another.
+//! lookup (n-grams from the conversation) is another; the two combined, step by step, a third.
 
 use crate::decode::{CachedModel, Progress};
 use crate::error::Result;
 use crate::sampling::Sampler;
 
 /// One proposed token and the drafter's distribution at its position (after the same
-/// sampling transforms as the target's). Empty `probs` means a deterministic proposal: q is
-/// one-hot on `token`.
+/// sampling transforms as the target's). Empty `probs` means a copy: a token taken from text
+/// seen before, proposed with certainty (q is one-hot on `token`).
 #[derive(Debug, Clone)]
 pub struct Draft {
     pub token: u32,
@@ -15,9 +15,14 @@ pub struct Draft {
 }
 
 impl Draft {
-    /// A proposal made with certainty (q one-hot), as prompt lookup makes them.
-    pub fn certain(token: u32) -> Self {
+    /// A token copied from earlier text, proposed with certainty (q one-hot).
+    pub fn copied(token: u32) -> Self {
         Self { token, probs: Vec::new() }
+    }
+
+    /// Whether the token was copied rather than drawn from a draft model.
+    pub fn is_copy(&self) -> bool {
+        self.probs.is_empty()
     }
 
     /// q of `id` at this position.
@@ -60,11 +65,45 @@ pub trait Drafter {
     fn backlog(&self, _context_len: usize) -> usize {
         0
     }
+    /// Up to `max` tokens continuing `context` that cost nothing to propose, copied from
+    /// text seen before, when the drafter has a second, free source beside `propose` (the
+    /// combined drafter). The loop weighs them against `propose`'s drafts each step.
+    fn copy(&mut self, _context: &[u32], _max: usize) -> Vec<u32> {
+        Vec::new()
+    }
     /// Only the first `n_past` tokens of the context are still valid.
     fn rollback(&mut self, n_past: usize);
     /// Positions held in the drafter's cache, if it has one.
     fn cached_len(&self) -> usize {
         0
+    }
+}
+
+/// A drafter lent for one reply (the session keeps its draft model between replies).
+impl<T: Drafter + ?Sized> Drafter for &mut T {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn prefill(&mut self, context: &[u32], progress: Progress) -> Result<Option<usize>> {
+        (**self).prefill(context, progress)
+    }
+    fn propose(&mut self, context: &[u32], k: usize, sampler: &mut Sampler, position: usize) -> Result<Vec<Draft>> {
+        (**self).propose(context, k, sampler, position)
+    }
+    fn catch_up(&mut self, context: &[u32]) -> Result<usize> {
+        (**self).catch_up(context)
+    }
+    fn backlog(&self, context_len: usize) -> usize {
+        (**self).backlog(context_len)
+    }
+    fn copy(&mut self, context: &[u32], max: usize) -> Vec<u32> {
+        (**self).copy(context, max)
+    }
+    fn rollback(&mut self, n_past: usize) {
+        (**self).rollback(n_past)
+    }
+    fn cached_len(&self) -> usize {
+        (**self).cached_len()
     }
 }
 

@@ -49,7 +49,7 @@ impl Drafter for PromptLookup {
     }
 
     fn propose(&mut self, context: &[u32], k: usize, _sampler: &mut Sampler, _position: usize) -> Result<Vec<Draft>> {
-        Ok(self.lookup(context, k).into_iter().map(Draft::certain).collect())
+        Ok(self.lookup(context, k).into_iter().map(Draft::copied).collect())
     }
 
     fn rollback(&mut self, _n_past: usize) {}

@@ -3,13 +3,17 @@
 
 pub mod accept;
 pub mod adaptive;
+pub mod combined;
 pub mod drafter;
+pub mod history;
 pub mod lookup;
 pub mod reference;
 
 pub use accept::{accept_matching, accept_sampled, Outcome, SampledAccept};
 pub use adaptive::{CostModel, KSetting, MAX_K};
+pub use combined::Combined;
 pub use drafter::{Draft, DraftModel, Drafter};
+pub use history::History;
 pub use lookup::PromptLookup;
 pub use reference::PlainReference;
 
@@ -42,6 +46,8 @@ pub use crate::tokenizer::{check_pair, check_vocabularies};
 struct Totals {
     drafted: usize,
     accepted: usize,
+    copied: usize,
+    copied_accepted: usize,
     passes: usize,
     draft_ms: f64,
     verify_ms: f64,
@@ -101,20 +107,29 @@ pub fn generate_speculative(
             break;
         }
         let budget = options.max_tokens.saturating_sub(reply.position());
+        let limit = |k: usize| k.min(room - 1).min(budget.saturating_sub(1));
         let backlog = drafter.backlog(reply.context.len());
         // A plain step owed to the speedup figure is taken whatever k would be: it commits the
         // token the target picks, as any step does.
-        let k = if plain.owed() { 0 } else { costs.next_k(spec.k, backlog) };
-        let k = k.min(room - 1).min(budget.saturating_sub(1));
+        let owed = plain.owed();
+        let model_k = if owed { 0 } else { costs.next_k(spec.k, backlog) };
+        // A drafter with a free second source offers copies; the better arm drafts the step.
+        let copy = if owed { Vec::new() } else { drafter.copy(&reply.context, MAX_K) };
+        let copy_k = limit(costs.copy_k(spec.k, copy.len(), model_k));
+        let copying = copy_k > 0;
+        let k = if copying { copy_k } else { limit(model_k) };
 
         // 1. draft (after catching the drafter up on steps taken without it, timed apart)
         let t = Instant::now();
-        let fed = if k > 0 { drafter.catch_up(&reply.context)? } else { 0 };
+        let fed = if k > 0 && !copying { drafter.catch_up(&reply.context)? } else { 0 };
         let catch_up_ms = ms(t.elapsed());
         costs.record_catch_up(fed, catch_up_ms);
         let t = Instant::now();
-        let drafts =
-            if k > 0 { drafter.propose(&reply.context, k, &mut sampler, reply.position())? } else { Vec::new() };
+        let drafts = match (copying, k > 0) {
+            (true, _) => copy[..k].iter().map(|&token| Draft::copied(token)).collect(),
+            (false, true) => drafter.propose(&reply.context, k, &mut sampler, reply.position())?,
+            (false, false) => Vec::new(),
+        };
         let draft_ms = ms(t.elapsed());
         let k = drafts.len();
 
@@ -132,7 +147,8 @@ pub fn generate_speculative(
 
         // 4. commit
         for (draft, p_i) in drafts.iter().zip(&p).take(outcome.accepted) {
-            if !reply.commit(draft.token, Source::Accepted, p_i, Some(draft.prob()))? {
+            let source = if draft.is_copy() { Source::Copied } else { Source::Accepted };
+            if !reply.commit(draft.token, source, p_i, Some(draft.prob()))? {
                 break;
             }
         }
@@ -148,15 +164,23 @@ pub fn generate_speculative(
         debug_assert!(drafter.cached_len() <= n_past);
 
         costs.record_verify(input.len(), verify_ms);
-        costs.record_draft(k, outcome.accepted, draft_ms);
         let step_ms = ms(step_started.elapsed());
-        tracing::trace!(k, accepted = outcome.accepted, draft_ms, verify_ms, step_ms, "step");
-        // The catch-up is a one-off that auto priced before it probed (`repays_catch_up`);
-        // counted in the probe's first step, it read as a loss of twice plain's time and
-        // stopped every probe that followed a plain stretch, whatever its acceptance.
-        costs.record_step(k, reply.tokens.len() - committed_before, step_ms - catch_up_ms);
+        tracing::trace!(k, copying, accepted = outcome.accepted, draft_ms, verify_ms, step_ms, "step");
+        if copying {
+            // The copy arm's own evidence; the model arm's realized rate is the model's alone.
+            costs.record_copy(k, outcome.accepted);
+        } else {
+            costs.record_draft(k, outcome.accepted, draft_ms);
+            // The catch-up is a one-off that auto priced before it probed (`repays_catch_up`);
+            // counted in the probe's first step, it read as a loss of twice plain's time and
+            // stopped every probe that followed a plain stretch, whatever its acceptance.
+            costs.record_step(k, reply.tokens.len() - committed_before, step_ms - catch_up_ms);
+        }
         plain.record_step(k, reply.tokens.len() - committed_before, step_ms);
         totals.record(k, outcome.accepted, catch_up_ms + draft_ms, verify_ms);
+        if copying {
+            (totals.copied, totals.copied_accepted) = (totals.copied + k, totals.copied_accepted + outcome.accepted);
+        }
         let step = step_event(&reply, &plain, &totals, k, outcome.accepted);
         reply.step(&step);
     }
@@ -273,6 +297,8 @@ impl Totals {
             drafter: drafter.to_string(),
             drafted: self.drafted,
             accepted: self.accepted,
+            copied: self.copied,
+            copied_accepted: self.copied_accepted,
             acceptance_rate: self.acceptance().unwrap_or(0.0),
             target_passes: self.passes,
             tokens_per_pass: generated as f64 / self.passes.max(1) as f64,
