@@ -25,14 +25,14 @@ M = "M=~/.cache/specula/models; T=$M/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf; D=
 SECTIONS = {
     "drafters-auto.json": (
         "Drafters combined step by step (auto: the draft model, and free copies where the reply repeats its context)",
-        f"{M}; target/release/specula bench --model $T --draft $D --drafter auto --k auto --repeat 3 --json bench/drafters-auto.json",
-        "Every built-in set (code, prose, edit, and revision: a second turn that asks to change the code or text of the "
-        "first), greedy, plain and speculative in turn for each prompt; each speculative reply is checked identical to its "
-        "plain one. `drafters-model.json` is the same run with `--drafter model`, for the draft model alone.",
+        f"{M}; target/release/specula bench --model $T --draft $D --drafter auto --k auto --max-tokens 128 --limit 3 --json bench/drafters-auto.json",
+        "The first three prompts of every built-in set (code, prose, edit, and revision: a second turn that asks to change "
+        "the code or text of the first), greedy, plain and speculative in turn for each prompt, one round; each speculative "
+        "reply is checked identical to its plain one. The issue's run is `--repeat 3` over every prompt (not yet made). `drafters-model.json` is the same run with `--drafter model`, for the draft model alone.",
     ),
     "drafters-model.json": (
         "The draft model alone, the same sets (for comparison with the combined drafter)",
-        f"{M}; target/release/specula bench --model $T --draft $D --drafter model --k auto --repeat 3 --json bench/drafters-model.json",
+        f"{M}; target/release/specula bench --model $T --draft $D --drafter model --k auto --max-tokens 128 --limit 3 --json bench/drafters-model.json",
         "",
     ),
     "history.json": (
