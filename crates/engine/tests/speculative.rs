@@ -142,7 +142,7 @@ fn provenance_carries_p_and_q() {
     for t in &g.tokens {
         assert!(t.p.is_some(), "{t:?}");
         match t.source {
-            Source::Accepted | Source::Resampled => assert!(t.q.is_some(), "{t:?}"),
+            Source::Accepted | Source::Copied | Source::Resampled => assert!(t.q.is_some(), "{t:?}"),
             Source::Bonus | Source::Target => assert!(t.q.is_none(), "{t:?}"),
         }
     }
