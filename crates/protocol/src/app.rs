@@ -248,6 +248,7 @@ mod tests {
                 "draft model · k 4 · sample · seed 7",
                 "draft model · k auto · reproducible",
                 "prompt lookup · k auto · reproducible · seed 42",
+                "draft model + copies · k auto · greedy",
                 "plain · sample · seed 1",
             ]
         );
