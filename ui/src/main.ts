@@ -371,6 +371,11 @@ async function openSettings(): Promise<void> {
   fillDrafts(models, s.target, withModel ? `model:${s.draft}` : s.drafter);
   const copies = form.elements.namedItem('copies') as HTMLInputElement;
   copies.checked = s.drafter === 'auto';
+  // Copies ride beside a draft model; prompt lookup already is copying, and none drafts nothing.
+  const draftSelect = form.elements.namedItem('draft') as HTMLSelectElement;
+  const copiesApply = () => (copies.disabled = !draftSelect.value.startsWith('model:'));
+  draftSelect.onchange = copiesApply;
+  copiesApply();
   const k = form.elements.namedItem('k') as HTMLSelectElement;
   k.replaceChildren(option('auto', 'auto (measured)'), ...Array.from({ length: 16 }, (_, i) => option(String(i + 1), String(i + 1))));
   k.value = String(s.k);
