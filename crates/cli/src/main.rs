@@ -151,7 +151,9 @@ pub struct ModelArgs {
     /// Draft model (.gguf) with the target's vocabulary; enables speculative decoding.
     #[arg(long)]
     pub draft: Option<PathBuf>,
-    /// Who drafts: model (the --draft model), lookup (n-grams from the conversation) or none.
+    /// Who drafts: model (the --draft model), lookup (n-grams from the conversation), auto (the
+    /// --draft model, and free copies from the conversation where they are expected to do
+    /// better, step by step) or none.
     /// Default: model when --draft is given, none otherwise.
     #[arg(long)]
     pub drafter: Option<DrafterKind>,
