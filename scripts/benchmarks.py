@@ -42,13 +42,14 @@ SECTIONS = {
     ),
     "app.json": (
         "The app itself, beside the engine, in one run",
-        "scripts/bench-app.sh --tokens 256,1500 --kinds code,prose --repeat 8,2   # the release app under Xvfb, driven through "
+        "scripts/bench-app.sh --tokens 256,1500 --kinds code,prose --repeat 8,3   # the release app under Xvfb, driven through "
         "tauri-driver as a user drives it (Settings, a new chat, the prompt typed, Send), its figures read from its "
         "history database; specula generate with the same prompt, seed and settings in turn; medians of the rounds",
         "Reproducible mode with a pinned seed, so that plain and speculative replies are the same tokens. App and CLI "
         "rates are the engine's decode rate (tokens over decode time); the displayed speedup is what the app showed "
         "and stored; the measured one is the app's speculative rate over its own plain rate. CPU per token is what "
-        "the webview process and the X server spent while the reply streamed.",
+        "the webview process and the X server spent from Send to the reply's end (in brackets: over the whole "
+        "exchange, the prompt typed into the window included).",
     ),
     "speed-vs-llama.json": (
         "Beside llama.cpp, in one run",
@@ -208,6 +209,14 @@ def history_table(data: dict) -> str:
     return table(header, rows)
 
 
+def cpu(app: dict, process: str) -> str:
+    """CPU per token from Send to the reply's end, and (in brackets) over the whole exchange,
+    typing the prompt included; runs before the first figure was kept give the second alone."""
+    whole = f"{app[f'{process}_cpu_ms_per_token']:.1f}"
+    streaming = app.get(f"{process}_cpu_ms_per_token_streaming")
+    return whole if streaming is None else f"{streaming:.1f} ({whole})"
+
+
 def app_tables(data: dict) -> str:
     rows = []
     for r in data["runs"]:
@@ -217,7 +226,7 @@ def app_tables(data: dict) -> str:
             measured = f"{r['app_measured_speedup']:.2f}x" if mode == "speculative" and r.get("app_measured_speedup") else ""
             rows.append([r["kind"], f"{app['tokens']} x{r.get('repeat', 1)}", mode, f"{app['tokens_per_second']:.1f}", f"{cli['tokens_per_second']:.1f}",
                          f"{r[f'app_over_cli_{mode}']:.2f}x", shown if mode == "speculative" else "–", measured,
-                         f"{app['webview_cpu_ms_per_token']:.1f}", f"{app['x_cpu_ms_per_token']:.1f}"])
+                         cpu(app, "webview"), cpu(app, "x")])
     header = ["set", "tokens x rounds", "decoding", "app tok/s", "CLI tok/s", "app / CLI", "speedup shown", "speedup measured",
               "webview CPU ms/token", "X CPU ms/token"]
     return table(header, rows)

@@ -17,8 +17,11 @@ use tauri::ipc::Channel;
 
 /// How often the webview hears of a streaming reply. Each message is a script the webview
 /// parses and runs, on the cores the engine decodes with: a message a token cost the app a
-/// tenth of its rate. It paints a few times a second anyway.
-const BATCH_EVERY: Duration = Duration::from_millis(100);
+/// tenth of its rate. It paints as often (ui/src/render/stream.ts, PAINT_INTERVAL_MS), and a
+/// paint is the dear part: WebKitGTK 3 without compositing uploads the whole view to the X
+/// server at every frame, whatever changed (about 11 ms of CPU across the web process, the
+/// app and X on the test host; PROFILE.md), so three frames a second rather than ten.
+const BATCH_EVERY: Duration = Duration::from_millis(333);
 
 /// The status line's facts, from the service's health.
 pub fn status_of(h: Health) -> EngineStatus {
@@ -113,7 +116,7 @@ impl Engine {
 
 /// Store and forward one reply's events. Tokens are written each time a batch goes to the
 /// webview, and before it goes (every [`BATCH_EVERY`], whatever the decoding: plain decoding
-/// has few steps), so a crash loses at most the last tenth of a second and nothing the window
+/// has few steps), so a crash loses at most the last third of a second and nothing the window
 /// showed; the row's end is written however the reply ends, and before the webview hears of
 /// it, so that what it then reads back is complete.
 fn forward(ticket: &Ticket, job: &ReplyJob, store: &Mutex<Store>) {

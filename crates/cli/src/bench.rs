@@ -61,6 +61,9 @@ struct Run {
     spec_ms: f64,
     drafted: usize,
     accepted: usize,
+    /// Of those, the copies (the auto drafter's free arm) and the copies kept.
+    copied: usize,
+    copied_accepted: usize,
     target_passes: usize,
     predicted_speedup: Option<f64>,
     k_min: usize,
@@ -174,7 +177,7 @@ pub fn bench(args: BenchArgs) -> CliResult {
             let spec = session.generate(&prompt, &options, decoding, &mut NullSink).map_err(|e| e.to_string())?;
             let run = record(item, k, &plain, &spec);
             eprintln!(
-                "[{}/{}] {:5} k={:4} plain {:5.2} tok/s  spec {:5.2} tok/s  {:.2}x  accepted {}/{}{}",
+                "[{}/{}] {:5} k={:4} plain {:5.2} tok/s  spec {:5.2} tok/s  {:.2}x  accepted {}/{}{}{}",
                 i + 1,
                 prompts.len(),
                 item.kind,
@@ -184,6 +187,10 @@ pub fn bench(args: BenchArgs) -> CliResult {
                 rate(run.spec_tokens, run.spec_ms) / rate(run.plain_tokens, run.plain_ms),
                 run.accepted,
                 run.drafted,
+                match run.copied {
+                    0 => String::new(),
+                    copied => format!(" (copies {}/{copied})", run.copied_accepted),
+                },
                 if run.identical { "" } else { "  MISMATCH" }
             );
             runs.push(run);
@@ -248,6 +255,8 @@ fn record(item: &BenchPrompt, k: &KSetting, plain: &Generation, spec: &Generatio
         spec_ms: spec.stats.decode_ms,
         drafted: s.drafted,
         accepted: s.accepted,
+        copied: s.copied,
+        copied_accepted: s.copied_accepted,
         target_passes: s.target_passes,
         predicted_speedup: s.predicted_speedup,
         k_min: s.k_min,

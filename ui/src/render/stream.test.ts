@@ -168,6 +168,26 @@ describe('the streaming reply', () => {
     expect(body.textContent).toBe(Array.from({ length: 100 }, (_, i) => `w${i} `).join(''));
   });
 
+  it('draws a batch at once when no paint was due for a while, and then waits an interval', () => {
+    vi.useFakeTimers();
+    const body = document.createElement('div');
+    let paints = 0;
+    const stream = new ReplyStream(body, { colours: true, onPaint: () => paints++ });
+    stream.push(tok('first '));
+    vi.advanceTimersByTime(0);
+    expect(paints).toBe(1);
+    vi.advanceTimersByTime(PAINT_INTERVAL_MS + 50);
+    for (const t of ['a ', 'batch ']) stream.push(tok(t)); // a batch, delivered in one task
+    vi.advanceTimersByTime(0);
+    expect(paints).toBe(2);
+    expect(body.textContent).toBe('first a batch ');
+    stream.push(tok('soon '));
+    vi.advanceTimersByTime(PAINT_INTERVAL_MS - 1);
+    expect(paints).toBe(2);
+    vi.advanceTimersByTime(1);
+    expect(paints).toBe(3);
+  });
+
   it('keeps finished markdown blocks and redraws only the last', () => {
     const reply = '# Title\n\nFirst paragraph with *emphasis*.\n\n- one\n- two\n\n```rust\nfn main() {}\n```\n\nLast words.';
     const tokens = reply.match(/.{1,4}/gs)!.map((text, i) => tok(text, i));

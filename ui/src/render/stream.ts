@@ -7,9 +7,11 @@ import type { TokenEvent } from '../api/types';
 import { renderMarkdown, settledMarkdown } from './markdown';
 import { TokenDom, TokenLayout } from './tokens';
 
-/** Time between paints: text read at this pace looks continuous, and each paint costs one
- *  layout of the reply's last block. */
-export const PAINT_INTERVAL_MS = 200;
+/** Least time between paints: text read at this pace looks continuous, and each paint costs
+ *  one layout of the reply's last block. The app's engine sends its tokens at the same pace
+ *  (src-tauri/engine.rs, BATCH_EVERY), and a batch that finds no paint due for a while is
+ *  drawn at once rather than an interval later. */
+export const PAINT_INTERVAL_MS = 333;
 
 export interface StreamOptions {
   /** Tokens coloured by provenance; otherwise the reply reads as markdown. */
@@ -75,6 +77,8 @@ export class ReplyStream {
   private pending: TokenEvent[] = [];
   private readonly tokens: TokenEvent[] = [];
   private timer: ReturnType<typeof setTimeout> | null = null;
+  /** When the last paint was (ms, Date.now()); the first paint is due at once. */
+  private lastPaint = -Infinity;
   private view: View;
   private readonly doc: Document;
 
@@ -94,13 +98,18 @@ export class ReplyStream {
 
   /** Ask for a paint without a new token (new speed figures). */
   schedule(): void {
-    this.timer ??= setTimeout(() => this.paint(), this.options.interval ?? PAINT_INTERVAL_MS);
+    if (this.timer !== null) return;
+    const interval = this.options.interval ?? PAINT_INTERVAL_MS;
+    // A zero delay still waits for the rest of the batch being delivered in this task.
+    const wait = Math.max(0, Math.min(interval, this.lastPaint + interval - Date.now()));
+    this.timer = setTimeout(() => this.paint(), wait);
   }
 
   /** Draw what came since the last paint. */
   paint(): void {
     if (this.timer !== null) clearTimeout(this.timer);
     this.timer = null;
+    this.lastPaint = Date.now();
     const fresh = this.pending.splice(0);
     this.tokens.push(...fresh);
     if (fresh.length) this.view.append(fresh);

@@ -194,9 +194,10 @@ impl Worker {
             }
         };
         let outcome = attempt.unwrap_or_else(|panic| Err(self.recover(&panic)));
-        if let (Ok(generation), true) = (&outcome, shared.config.remember_chats) {
-            self.remember_chat(&request, generation);
-        }
+        let remember = match (&outcome, shared.config.remember_chats) {
+            (Ok(generation), true) => Some(generation.tokens.iter().map(|t| t.id).collect::<Vec<u32>>()),
+            _ => None,
+        };
         let event = match outcome {
             Ok(generation) => Event::Done(generation),
             Err(error) => {
@@ -209,18 +210,28 @@ impl Worker {
         // The job's place is free before its reader hears the end, so a reader that then asks
         // for the health sees it gone.
         drop(slot);
+        let reply_text = match (&event, remember.is_some()) {
+            (Event::Done(generation), true) => generation.text.clone(),
+            _ => String::new(),
+        };
         sink.deliver_last(event);
+        // After the reader has the end: remembering is for the next reply, not this one's.
+        if let Some(reply_tokens) = remember {
+            self.remember_chat(&request, &reply_tokens, reply_text);
+        }
     }
 
-    /// Keep a chat's last user message and its reply for later replies' copies.
-    fn remember_chat(&mut self, request: &Request, generation: &Generation) {
+    /// Keep a chat's last user message and its reply (as decoded, no tokenizing again) for
+    /// later replies' copies; as text too, for a target loaded later.
+    fn remember_chat(&mut self, request: &Request, reply_tokens: &[u32], reply_text: String) {
         let Prompt::Chat(messages) = &request.prompt else { return };
         let Some(loaded) = &mut self.loaded else { return };
-        let question = messages.iter().rev().find(|m| m.role == crate::chat::Role::User);
-        for text in question.map(|m| m.content.clone()).into_iter().chain([generation.text.clone()]) {
-            remember_text(&mut loaded.session, &text);
-            self.remembered.push(text);
+        if let Some(question) = messages.iter().rev().find(|m| m.role == crate::chat::Role::User) {
+            remember_text(&mut loaded.session, &question.content);
+            self.remembered.push(question.content.clone());
         }
+        loaded.session.remember(reply_tokens);
+        self.remembered.push(reply_text);
     }
 
     /// The loaded session, if it is the one `request` asks for.

@@ -46,6 +46,25 @@ const FREE_DRAFT: f64 = 0.02;
 /// token anyway: a pass over two tokens costs about a quarter more than a plain one (3% over
 /// 8 steps), and it keeps the acceptance current for when the reply starts to copy.
 const FREE_PROBE_INTERVAL: usize = 8;
+/// Copies are judged apart by how long a match they continue ([`copy_class`]): a copy after
+/// 3 matching tokens is a guess, one after 20 is most likely the reply repeating a block.
+const COPY_CLASSES: usize = 3;
+/// Each class's prior acceptance, worth [`COPY_PRIOR_TRIALS`] trials. Optimistic for long
+/// matches, so that the copy arm gets to show what it delivers beside a draft model that is
+/// right 90% of the time: with one prior of 0.6 for every copy it never won a step there, and
+/// so never gathered the evidence that would have let it win (PROFILE.md, "Drafters
+/// combined"). A long match that is wrong costs one wider pass, and the evidence then speaks.
+const COPY_PRIOR: [f64; COPY_CLASSES] = [0.6, 0.8, 0.95];
+const COPY_PRIOR_TRIALS: f64 = 2.0;
+
+/// The class of a copy that continues a match of `matched` tokens.
+fn copy_class(matched: usize) -> usize {
+    match matched {
+        0..=4 => 0,
+        5..=11 => 1,
+        _ => 2,
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct CostModel {
@@ -87,11 +106,11 @@ pub struct CostModel {
     /// The last drafting step's draft count, and whether the target kept every one.
     last_drafted: usize,
     last_all_kept: bool,
-    /// The copy arm (a combined drafter's free copies): its own acceptance evidence, since
-    /// copies and a model's drafts are right at different rates; it drafts in no time, and
-    /// the target's pass costs above are the same for both arms.
-    copy_hits: f64,
-    copy_trials: f64,
+    /// The copy arm (a combined drafter's free copies): its own acceptance evidence (hits,
+    /// trials) per class of match length, since copies and a model's drafts are right at
+    /// different rates; it drafts in no time, and the target's pass costs above are the same
+    /// for both arms.
+    copy_evidence: [(f64, f64); COPY_CLASSES],
     /// The last copying step's length, and whether the target kept every copied token.
     copy_last: (usize, bool),
 }
@@ -129,8 +148,7 @@ impl CostModel {
             plain_step_ms: None,
             last_drafted: 0,
             last_all_kept: false,
-            copy_hits: 0.0,
-            copy_trials: 0.0,
+            copy_evidence: [(0.0, 0.0); COPY_CLASSES],
             copy_last: (0, false),
         }
     }
@@ -142,8 +160,9 @@ impl CostModel {
     pub fn new_reply(&mut self) {
         self.hits *= 0.5;
         self.trials *= 0.5;
-        self.copy_hits *= 0.5;
-        self.copy_trials *= 0.5;
+        for (hits, trials) in &mut self.copy_evidence {
+            (*hits, *trials) = (*hits * 0.5, *trials * 0.5);
+        }
         self.copy_last = (0, false);
         self.forget_realized();
         self.overrun = false;
@@ -434,21 +453,25 @@ impl CostModel {
         k
     }
 
-    /// How many of the `available` copied tokens the next step should propose instead of the
-    /// `model_k` drafts [`Self::next_k`] chose (0: leave the step to the model, or to plain
-    /// decoding). The arm with the better expected rate takes the step: copies at their own
-    /// acceptance and no draft time, the model's drafts at theirs and their measured cost.
-    /// Copied text comes in runs, so a step whose copies were all kept doubles the next one.
-    pub fn copy_k(&self, setting: KSetting, available: usize, model_k: usize) -> usize {
+    /// How many of the `available` copied tokens (continuing a match of `matched` tokens) the
+    /// next step should propose instead of the `model_k` drafts [`Self::next_k`] chose (0:
+    /// leave the step to the model, or to plain decoding). The arm with the better expected
+    /// rate takes the step: copies at their class's acceptance and no draft time, the model's
+    /// drafts at theirs and their measured cost. Copied text comes in runs, so a step whose
+    /// copies were all kept doubles the next one.
+    pub fn copy_k(&self, setting: KSetting, available: usize, matched: usize, model_k: usize) -> usize {
         if available == 0 || self.plain_ms().is_none() {
             return 0;
         }
+        let alpha = self.copy_alpha(matched);
         let k = match setting {
             KSetting::Fixed(k) => k.min(available),
+            // Copies may run past auto's usual longest draft: they cost no draft time, and
+            // the wider pass is priced like any other.
             KSetting::Auto { max } => {
-                let cap = available.min(max);
+                let cap = available.min(max.max(MAX_K));
                 let best = (1..=cap)
-                    .filter_map(|k| self.copy_rate(k).map(|r| (k, r)))
+                    .filter_map(|k| self.copy_rate(alpha, k).map(|r| (k, r)))
                     .max_by(|a, b| a.1.total_cmp(&b.1))
                     .map_or(1, |(k, _)| k);
                 match self.copy_last {
@@ -457,31 +480,35 @@ impl CostModel {
                 }
             }
         };
-        match (self.copy_rate(k), self.rate(model_k)) {
+        match (self.copy_rate(alpha, k), self.rate(model_k)) {
             (Some(copy), Some(model)) if copy < model => 0,
             _ => k,
         }
     }
 
-    /// Expected tokens per millisecond when copying `k` tokens.
-    fn copy_rate(&self, k: usize) -> Option<f64> {
-        Some(expected_tokens(self.copy_alpha(), k) / self.verify_cost(k + 1)?)
+    /// Expected tokens per millisecond when copying `k` tokens each kept with chance `alpha`.
+    fn copy_rate(&self, alpha: f64, k: usize) -> Option<f64> {
+        Some(expected_tokens(alpha, k) / self.verify_cost(k + 1)?)
     }
 
-    /// Per-token acceptance of copies, with the same weak prior of 0.6 as drafts.
-    pub fn copy_alpha(&self) -> f64 {
-        ((self.copy_hits + 1.2) / (self.copy_trials + 2.0)).clamp(0.0, 0.999)
+    /// Per-token acceptance of copies that continue a match of `matched` tokens.
+    pub fn copy_alpha(&self, matched: usize) -> f64 {
+        let class = copy_class(matched);
+        let (hits, trials) = self.copy_evidence[class];
+        ((hits + COPY_PRIOR[class] * COPY_PRIOR_TRIALS) / (trials + COPY_PRIOR_TRIALS)).clamp(0.0, 0.999)
     }
 
-    /// `k` copied tokens were proposed and the target kept `accepted` of them.
-    pub fn record_copy(&mut self, k: usize, accepted: usize) {
+    /// `k` copied tokens, continuing a match of `matched`, were proposed and the target kept
+    /// `accepted` of them.
+    pub fn record_copy(&mut self, k: usize, accepted: usize, matched: usize) {
         if k == 0 {
             return;
         }
         self.copy_last = (k, accepted == k);
-        let (hits, trials) = (accepted as f64, (accepted + usize::from(accepted < k)) as f64);
-        self.copy_hits = self.copy_hits * (1.0 - EMA / 4.0) + hits;
-        self.copy_trials = self.copy_trials * (1.0 - EMA / 4.0) + trials;
+        let (new_hits, new_trials) = (accepted as f64, (accepted + usize::from(accepted < k)) as f64);
+        let (hits, trials) = &mut self.copy_evidence[copy_class(matched)];
+        *hits = *hits * (1.0 - EMA / 4.0) + new_hits;
+        *trials = *trials * (1.0 - EMA / 4.0) + new_trials;
     }
 
     /// Whether drafting, as realized, has been faster than plain decoding.
@@ -536,6 +563,32 @@ mod tests {
         // alpha = 0.5, k = 2: 1 + 0.5 + 0.25
         assert!((expected_tokens(0.5, 2) - 1.75).abs() < 1e-12);
         assert_eq!(expected_tokens(0.0, 5), 1.0);
+    }
+
+    #[test]
+    fn a_long_match_is_copied_beside_a_good_draft_model_before_any_evidence() {
+        // A draft model right nearly every time at a quarter of a plain pass per draft.
+        let m = measured(100.0, 3.0, 25.0, 4);
+        let model_k = m.best_k(8);
+        assert!(model_k >= 4, "{model_k}");
+        let auto = KSetting::Auto { max: 8 };
+        assert!(m.copy_k(auto, 8, 20, model_k) >= 4, "a 20-token match is worth a try");
+        assert_eq!(m.copy_k(auto, 8, 3, model_k), 0, "a 3-token match is a guess: the model drafts");
+    }
+
+    #[test]
+    fn long_matches_that_fail_give_the_step_back_to_the_model() {
+        let mut m = measured(100.0, 3.0, 25.0, 4);
+        let (auto, model_k) = (KSetting::Auto { max: 8 }, m.best_k(8));
+        for _ in 0..5 {
+            let k = m.copy_k(auto, 8, 20, model_k);
+            if k == 0 {
+                break;
+            }
+            m.record_copy(k, 0, 20);
+        }
+        assert_eq!(m.copy_k(auto, 8, 20, model_k), 0, "alpha {}", m.copy_alpha(20));
+        assert!(m.copy_alpha(8) > m.copy_alpha(20), "each class keeps its own evidence");
     }
 
     #[test]

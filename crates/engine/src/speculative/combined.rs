@@ -1,11 +1,12 @@
 //! Drafters combined step by step: text the reply copies from its context (a revision of
 //! earlier code, a quoted paragraph) or from the session's history of earlier conversations
-//! is proposed for free, and the draft model drafts the rest. Which of the two drafts a step is auto k's choice ([`super::CostModel::copy_k`]),
-//! from what each has been measured to deliver: copies and the model's drafts are right at
-//! different rates, and a copy costs no draft time.
+//! is proposed for free, and the draft model drafts the rest. Which of the two drafts a step
+//! is auto k's choice ([`super::CostModel::copy_k`]), from what each has been measured to
+//! deliver: copies and the model's drafts are right at different rates, and a copy costs no
+//! draft time.
 
 use super::drafter::{Draft, Drafter};
-use super::history::History;
+use super::history::{History, Match};
 use super::lookup::PromptLookup;
 use crate::decode::Progress;
 use crate::error::Result;
@@ -19,12 +20,14 @@ pub struct Combined<'h, D> {
     model: D,
 }
 
+/// Copies only after a match of 3 tokens or more: a common pair of tokens is often followed
+/// by something else. Matches are tried from 8 tokens down; how far one really reaches is
+/// measured apart ([`PromptLookup::find`]).
+const CONTEXT_COPIES: PromptLookup = PromptLookup { max_ngram: 8, min_ngram: 3 };
+
 impl<D: Drafter> Combined<'static, D> {
     pub fn new(model: D) -> Self {
-        // Copies only after a match of 3 tokens or more: a common pair of tokens is often
-        // followed by something else, and the copy arm's one acceptance figure would let such
-        // guesses dilute the long matches that copying is for.
-        Self { lookup: PromptLookup { max_ngram: 8, min_ngram: 3 }, history: None, model }
+        Self { lookup: CONTEXT_COPIES, history: None, model }
     }
 }
 
@@ -48,11 +51,15 @@ impl<D: Drafter> Drafter for Combined<'_, D> {
         self.model.propose(context, k, sampler, position)
     }
 
-    fn copy(&mut self, context: &[u32], max: usize) -> Vec<u32> {
-        let copied = self.lookup.lookup(context, max);
-        match (copied.is_empty(), self.history) {
-            (true, Some(history)) => history.lookup(context, max).map_or(copied, |found| found.tokens),
-            _ => copied,
+    /// The longer match of the context's own and the history's (the context's on a tie: it is
+    /// this conversation).
+    fn copy(&mut self, context: &[u32], max: usize) -> Option<Match> {
+        let here = self.lookup.find(context, max);
+        let earlier = self.history.and_then(|history| history.lookup(context, max));
+        match (here, earlier) {
+            (Some(here), Some(earlier)) if earlier.matched > here.matched => Some(earlier),
+            (None, earlier) => earlier,
+            (here, _) => here,
         }
     }
 

@@ -1,6 +1,7 @@
 //! Drafters propose tokens for the target to verify. A small draft model is one; prompt
 //! lookup (n-grams from the conversation) is another; the two combined, step by step, a third.
 
+use super::history::Match;
 use crate::decode::{CachedModel, Progress};
 use crate::error::Result;
 use crate::sampling::Sampler;
@@ -66,10 +67,11 @@ pub trait Drafter {
         0
     }
     /// Up to `max` tokens continuing `context` that cost nothing to propose, copied from
-    /// text seen before, when the drafter has a second, free source beside `propose` (the
-    /// combined drafter). The loop weighs them against `propose`'s drafts each step.
-    fn copy(&mut self, _context: &[u32], _max: usize) -> Vec<u32> {
-        Vec::new()
+    /// text seen before, and the length of the match they continue, when the drafter has a
+    /// second, free source beside `propose` (the combined drafter). The loop weighs them
+    /// against `propose`'s drafts each step.
+    fn copy(&mut self, _context: &[u32], _max: usize) -> Option<Match> {
+        None
     }
     /// Only the first `n_past` tokens of the context are still valid.
     fn rollback(&mut self, n_past: usize);
@@ -96,7 +98,7 @@ impl<T: Drafter + ?Sized> Drafter for &mut T {
     fn backlog(&self, context_len: usize) -> usize {
         (**self).backlog(context_len)
     }
-    fn copy(&mut self, context: &[u32], max: usize) -> Vec<u32> {
+    fn copy(&mut self, context: &[u32], max: usize) -> Option<Match> {
         (**self).copy(context, max)
     }
     fn rollback(&mut self, n_past: usize) {

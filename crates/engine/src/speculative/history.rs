@@ -16,7 +16,7 @@ const KEY_TOKENS: usize = 3;
 /// Places kept per key: the latest ones, which vote on the continuation.
 const PLACES: usize = 4;
 /// How far back a match is measured, beyond its key.
-const LONGEST_MATCH: usize = 32;
+pub(crate) const LONGEST_MATCH: usize = 32;
 /// Between documents: no continuation runs across it.
 const BOUNDARY: u32 = u32::MAX;
 

@@ -3,6 +3,7 @@
 //! code", "rewrite this paragraph"). Its proposals are deterministic (q is one-hot).
 
 use super::drafter::{Draft, Drafter};
+use super::history::{Match, LONGEST_MATCH};
 use crate::decode::Progress;
 use crate::error::Result;
 use crate::sampling::Sampler;
@@ -22,20 +23,27 @@ impl Default for PromptLookup {
 impl PromptLookup {
     /// The continuation after the most recent earlier match of the context's last n tokens.
     pub fn lookup(&self, context: &[u32], k: usize) -> Vec<u32> {
+        self.find(context, k).map_or_else(Vec::new, |found| found.tokens)
+    }
+
+    /// [`Self::lookup`], with how many tokens the match really spans (up to [`LONGEST_MATCH`],
+    /// beyond `max_ngram`): the longer, the likelier the context goes on as it did.
+    pub fn find(&self, context: &[u32], k: usize) -> Option<Match> {
         for n in (self.min_ngram..=self.max_ngram).rev() {
-            if context.len() <= n {
+            if context.len() <= n || k == 0 {
                 continue;
             }
-            let pattern = &context[context.len() - n..];
+            let end = context.len() - n;
+            let pattern = &context[end..];
             // Search right to left, excluding the pattern's own position.
-            let found = (0..context.len() - n).rev().find(|&start| &context[start..start + n] == pattern);
-            if let Some(start) = found {
-                let from = start + n;
-                let to = (from + k).min(context.len());
-                return context[from..to].to_vec();
-            }
+            let Some(start) = (0..end).rev().find(|&start| &context[start..start + n] == pattern) else { continue };
+            let before = context[..start].iter().rev().zip(context[..end].iter().rev());
+            let matched = n + before.take(LONGEST_MATCH.saturating_sub(n)).take_while(|(a, b)| a == b).count();
+            let from = start + n;
+            let tokens = context[from..(from + k).min(context.len())].to_vec();
+            return Some(Match { tokens, matched });
         }
-        Vec::new()
+        None
     }
 }
 
@@ -74,5 +82,16 @@ mod tests {
         let context = [7, 8, 1, 7, 8, 2, 6, 7, 8];
         assert_eq!(lookup.lookup(&context, 1), vec![2], "the latest occurrence of 7 8");
         assert!(lookup.lookup(&[1, 2, 3], 4).is_empty(), "no repeat, no draft");
+    }
+
+    #[test]
+    fn measures_how_far_a_match_really_reaches() {
+        let lookup = PromptLookup { max_ngram: 3, min_ngram: 2 };
+        // "9 1 2 3 4 5" appears twice; the context ends on its second "1 2 3 4 5".
+        let context = [0, 9, 1, 2, 3, 4, 5, 6, 8, 9, 1, 2, 3, 4, 5];
+        let found = lookup.find(&context, 2).unwrap();
+        assert_eq!(found, Match { tokens: vec![6, 8], matched: 6 }, "matched beyond max_ngram");
+        assert_eq!(lookup.find(&[4, 5, 4, 5], 2).unwrap().matched, 2);
+        assert_eq!(lookup.find(&context, 0), None);
     }
 }

@@ -114,8 +114,9 @@ pub fn generate_speculative(
         let owed = plain.owed();
         let model_k = if owed { 0 } else { costs.next_k(spec.k, backlog) };
         // A drafter with a free second source offers copies; the better arm drafts the step.
-        let copy = if owed { Vec::new() } else { drafter.copy(&reply.context, MAX_K) };
-        let copy_k = limit(costs.copy_k(spec.k, copy.len(), model_k));
+        let copy = if owed { None } else { drafter.copy(&reply.context, MAX_K) };
+        let (copy, matched) = copy.map_or((Vec::new(), 0), |found| (found.tokens, found.matched));
+        let copy_k = limit(costs.copy_k(spec.k, copy.len(), matched, model_k));
         let copying = copy_k > 0;
         let k = if copying { copy_k } else { limit(model_k) };
 
@@ -168,7 +169,7 @@ pub fn generate_speculative(
         tracing::trace!(k, copying, accepted = outcome.accepted, draft_ms, verify_ms, step_ms, "step");
         if copying {
             // The copy arm's own evidence; the model arm's realized rate is the model's alone.
-            costs.record_copy(k, outcome.accepted);
+            costs.record_copy(k, outcome.accepted, matched);
         } else {
             costs.record_draft(k, outcome.accepted, draft_ms);
             // The catch-up is a one-off that auto priced before it probed (`repays_catch_up`);
