@@ -56,6 +56,12 @@ const COPY_CLASSES: usize = 3;
 /// combined"). A long match that is wrong costs one wider pass, and the evidence then speaks.
 const COPY_PRIOR: [f64; COPY_CLASSES] = [0.6, 0.8, 0.95];
 const COPY_PRIOR_TRIALS: f64 = 2.0;
+/// Each step that does not copy, the copies' evidence fades by this share, so that a class
+/// whose copies failed for a while gets another try (after some 30 steps its evidence counts
+/// half against the prior). Without it, two failed long copies early in a revision kept the
+/// arm from ever copying again in that reply, however long its later matches: in the app,
+/// 19 copied tokens in a 160-token reply that was mostly the old code.
+const COPY_EVIDENCE_FADES: f64 = 1.0 / 32.0;
 
 /// The class of a copy that continues a match of `matched` tokens.
 fn copy_class(matched: usize) -> usize {
@@ -189,6 +195,9 @@ impl CostModel {
 
     /// `k` drafts took `ms`, and the target kept `accepted` of them.
     pub fn record_draft(&mut self, k: usize, accepted: usize, ms: f64) {
+        for (hits, trials) in &mut self.copy_evidence {
+            (*hits, *trials) = (*hits * (1.0 - COPY_EVIDENCE_FADES), *trials * (1.0 - COPY_EVIDENCE_FADES));
+        }
         if k == 0 {
             self.since_draft += 1;
             return;
@@ -589,6 +598,14 @@ mod tests {
         }
         assert_eq!(m.copy_k(auto, 8, 20, model_k), 0, "alpha {}", m.copy_alpha(20));
         assert!(m.copy_alpha(8) > m.copy_alpha(20), "each class keeps its own evidence");
+        // The model drafts for a while; then long matches get another try.
+        let mut steps = 0;
+        while m.copy_k(auto, 8, 20, model_k) == 0 {
+            m.record_draft(4, 4, 100.0);
+            steps += 1;
+            assert!(steps < 200, "the copies never got another try");
+        }
+        assert!(steps >= 8, "not at once: {steps} steps");
     }
 
     #[test]
