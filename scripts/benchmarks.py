@@ -42,7 +42,7 @@ SECTIONS = {
     ),
     "app.json": (
         "The app itself, beside the engine, in one run",
-        "scripts/bench-app.sh --tokens 256,1500 --kinds code,prose --repeat 8,3   # the release app under Xvfb, driven through "
+        "scripts/bench-app.sh --tokens 256,1500 --kinds code,prose --repeat 8,4   # the release app under Xvfb, driven through "
         "tauri-driver as a user drives it (Settings, a new chat, the prompt typed, Send), its figures read from its "
         "history database; specula generate with the same prompt, seed and settings in turn; medians of the rounds",
         "Reproducible mode with a pinned seed, so that plain and speculative replies are the same tokens. App and CLI "
