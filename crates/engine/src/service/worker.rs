@@ -194,8 +194,9 @@ impl Worker {
             }
         };
         let outcome = attempt.unwrap_or_else(|panic| Err(self.recover(&panic)));
+        // The reply as decoded (no tokenizing again), and as text for a target loaded later.
         let remember = match (&outcome, shared.config.remember_chats) {
-            (Ok(generation), true) => Some(generation.tokens.iter().map(|t| t.id).collect::<Vec<u32>>()),
+            (Ok(g), true) => Some((g.tokens.iter().map(|t| t.id).collect::<Vec<u32>>(), g.text.clone())),
             _ => None,
         };
         let event = match outcome {
@@ -210,13 +211,9 @@ impl Worker {
         // The job's place is free before its reader hears the end, so a reader that then asks
         // for the health sees it gone.
         drop(slot);
-        let reply_text = match (&event, remember.is_some()) {
-            (Event::Done(generation), true) => generation.text.clone(),
-            _ => String::new(),
-        };
         sink.deliver_last(event);
         // After the reader has the end: remembering is for the next reply, not this one's.
-        if let Some(reply_tokens) = remember {
+        if let Some((reply_tokens, reply_text)) = remember {
             self.remember_chat(&request, &reply_tokens, reply_text);
         }
     }

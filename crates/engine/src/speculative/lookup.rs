@@ -29,8 +29,11 @@ impl PromptLookup {
     /// [`Self::lookup`], with how many tokens the match really spans (up to [`LONGEST_MATCH`],
     /// beyond `max_ngram`): the longer, the likelier the context goes on as it did.
     pub fn find(&self, context: &[u32], k: usize) -> Option<Match> {
+        if k == 0 {
+            return None;
+        }
         for n in (self.min_ngram..=self.max_ngram).rev() {
-            if context.len() <= n || k == 0 {
+            if context.len() <= n {
                 continue;
             }
             let end = context.len() - n;
