@@ -51,6 +51,18 @@ SECTIONS = {
         "the webview process and the X server spent from Send to the reply's end (in brackets: over the whole "
         "exchange, the prompt typed into the window included).",
     ),
+    "remote.json": (
+        "A remote engine through the app, beside the same remote called directly, in one run",
+        "scripts/bench-remote.sh --engine specula|llama --tokens 256 --repeat 5   # one run per row",
+        "The remote runs on this machine (`specula serve` on the Qwen2.5-Coder pair, or llama-server with the same pair and "
+        "`--spec-type draft-simple`); the app has no model of its own and chats with the remote's model, chosen in "
+        "Settings. Each round asks the same greedy reply directly (a plain HTTP client) and in the app's window (the prompt "
+        "set in the composer, Send), in alternating order. Time to first token: directly, at the HTTP client; in the app, at its remote "
+        "client (stored with the reply) and in the window (Send to the first token drawn). Decode rate: tokens after "
+        "the first over the time from the first to the last. Medians of the rounds. The remote shares the two cores "
+        "with the app, so the app's own CPU can slow it, as it slows a local engine: a remote on another machine "
+        "would fare no worse.",
+    ),
     "speed-vs-llama.json": (
         "Beside llama.cpp, in one run",
         "scripts/bench-vs-llama.py --speed-only --rounds 2   # llama-bench -m MODEL -p 512 -n 128 [-d 1500 -p 0] -t 2 -r 3 "
@@ -232,9 +244,24 @@ def app_tables(data: dict) -> str:
     return table(header, rows)
 
 
+def remote_tables(data: dict) -> str:
+    rows = []
+    for r in data["runs"]:
+        s = r["summary"]
+        rows.append([r["engine"], f"{r['date']} · {len(r['rounds'])} rounds", f"{s['direct_ttft_ms']:.0f}", f"{s['app_ttft_ms']:.0f} (+{s['app_ttft_added_ms']:.0f})",
+                     f"{s['window_ttft_ms']:.0f} (+{s['window_ttft_added_ms']:.0f})", f"{s['direct_tokens_per_second']:.1f}",
+                     f"{s['app_tokens_per_second']:.1f}", f"{s['app_over_direct_rate']:.3f}x"])
+    header = ["remote", "run", "TTFT direct ms", "TTFT app client ms (added)", "TTFT window ms (added)", "direct tok/s", "app tok/s", "app / direct"]
+    cpus = "; ".join(dict.fromkeys(cpu_line(r) for r in data["runs"]))
+    return table(header, rows) + f"\n\nCPU: {cpus}"
+
+
 def render_file(path: Path) -> str:
     data = json.loads(path.read_text())
     title, command, about = SECTIONS.get(path.name, (path.stem, "(not recorded)", ""))
+    if path.name == "remote.json":
+        head = [f"## {title}", f"`bench/{path.name}`"] + ([about] if about else []) + [f"    {command}"]
+        return "\n\n".join(head + [remote_tables(data)])
     if path.name == "app.json":
         body = app_tables(data)
     elif data.get("kind") == "history":
@@ -293,6 +320,12 @@ def readme_summary() -> str:
             f"speculative over the app's own plain {span('app_measured_speedup')}x, and the speedup it displayed was "
             f"{shown} times that."
         )
+    remote = BENCH / "remote.json"
+    if remote.exists():
+        runs = json.loads(remote.read_text())["runs"]
+        parts = [f"{r['engine']} {r['summary']['app_over_direct_rate']:.2f}x the direct rate, first token "
+                 f"+{r['summary']['app_ttft_added_ms']:.0f} ms" for r in runs]
+        lines.append(f"- **A remote engine through the app** (same run, beside the remote called directly): {'; '.join(parts)}.")
     llama = BENCH / "speed-vs-llama.json"
     if llama.exists():
         data = json.loads(llama.read_text())

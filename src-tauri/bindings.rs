@@ -4,7 +4,7 @@
 //! compile until it follows, and `the_typescript_bindings_are_current` fails until the file is
 //! written again (`scripts/bindings.sh`).
 
-use crate::{commands, library};
+use crate::{commands, connections, library};
 use specta_typescript::{BigIntExportBehavior, Typescript};
 use specula_engine::protocol::{self, ErrorCode};
 use tauri_specta::{collect_commands, collect_events, Builder, ErrorHandlingMode};
@@ -39,6 +39,10 @@ pub fn builder() -> Builder<tauri::Wry> {
             library::pull_model,
             library::cancel_pull,
             library::diagnose,
+            connections::list_connections,
+            connections::add_connection,
+            connections::check_connection,
+            connections::remove_connection,
         ])
         // No events (replies stream over channels); registering none also drops the channel's
         // placeholder type, which would clash with the Channel the bindings import.

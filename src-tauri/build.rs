@@ -25,6 +25,10 @@ fn main() {
         "pull_model",
         "cancel_pull",
         "diagnose",
+        "list_connections",
+        "add_connection",
+        "check_connection",
+        "remove_connection",
     ];
     let attributes = tauri_build::Attributes::new()
         .capabilities_path_pattern("./src-tauri/capabilities/**/*")

@@ -56,6 +56,11 @@ pub fn save_settings(state: State<'_, AppState>, settings: AppSettings) -> Comma
 #[tauri::command]
 #[specta::specta]
 pub async fn apply_models(state: State<'_, AppState>, settings: AppSettings) -> CommandResult<EngineStatus> {
+    if let Some(target) = settings.remote.clone() {
+        let remote = crate::connections::remote(&state.keys, &target.base_url)?;
+        let check = blocking(move || Ok(remote.check())).await?;
+        return Ok(crate::engine::remote_status(&target, &check));
+    }
     let answer = state.engine.apply(&settings)?;
     let health = answer.recv_async().await.map_err(|_| ErrorInfo::internal("the engine stopped"))?;
     Ok(crate::engine::status_of(health?))
@@ -213,13 +218,23 @@ pub fn reply(
 ) -> CommandResult<ReplyStarted> {
     let settings = settings.for_one_reply();
     settings.options()?;
-    settings.load_spec()?;
+    let remote = match &settings.remote {
+        Some(target) => Some((crate::connections::remote(&state.keys, &target.base_url)?, target.model.clone())),
+        None => {
+            settings.load_spec()?;
+            None
+        }
+    };
     let conversation = with_store(&state, |s| s.conversation(conversation_id))?;
     let messages = chat_messages(&conversation);
     let label = settings.label();
     let message = with_store(&state, |s| s.add_message(conversation_id, "assistant", "", Some(&label)))?;
     let job = ReplyJob { messages, settings, message_id: message.id, events: on_event };
-    let request_id = match state.engine.reply(job, state.store.clone()) {
+    let started = match &remote {
+        Some((remote, model)) => state.engine.reply_remote(job, remote, model, state.store.clone()),
+        None => state.engine.reply(job, state.store.clone()),
+    };
+    let request_id = match started {
         Ok(id) => id,
         Err(error) => {
             // Refused (the queue is full): the empty reply row says so instead of streaming.

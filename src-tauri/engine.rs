@@ -4,13 +4,15 @@
 
 use crate::error::ErrorInfo;
 use crate::settings::{AppSettings, EngineSettings};
-use specula_engine::protocol::{EngineStatus, ReplyEvent};
+use specula_engine::protocol::{ConnectionCheck, EngineStatus, RemoteTarget, ReplyEvent};
 use specula_engine::service::{
     CancelHandle, EngineHandle, EngineState, Event, Health, Prompt, Request, ServiceConfig, Ticket,
 };
 use specula_engine::{GenerationStats, Message, StepEvent, TokenEvent};
+use specula_remote::{Canceller, Remote, RemoteEvent, RemoteTicket};
 use specula_store::Store;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tauri::ipc::Channel;
@@ -40,6 +42,33 @@ pub fn status_of(h: Health) -> EngineStatus {
     }
 }
 
+/// The status line's facts for a remote target, from a check of its connection: ready when
+/// it answers and lists the model.
+pub fn remote_status(target: &RemoteTarget, check: &ConnectionCheck) -> EngineStatus {
+    let missing = (check.error.is_none() && !check.models.contains(&target.model)).then(|| {
+        ErrorInfo::new(
+            specula_engine::protocol::ErrorCode::RemoteError,
+            format!(
+                "{} does not list the model {}; it lists: {}",
+                target.host(),
+                target.model,
+                check.models.join(", ")
+            ),
+        )
+    });
+    let error = check.error.clone().or(missing);
+    EngineStatus {
+        state: if error.is_some() { EngineState::Failed } else { EngineState::Ready },
+        target: Some(format!("{} @ {}", target.model, target.host())),
+        draft: None,
+        drafter: None,
+        device: format!("remote, {:.0} ms round trip", check.round_trip_ms),
+        loading: false,
+        error,
+        last_failure: None,
+    }
+}
+
 pub struct ReplyJob {
     pub messages: Vec<Message>,
     pub settings: AppSettings,
@@ -51,7 +80,86 @@ pub struct ReplyJob {
 pub struct Engine {
     service: EngineHandle,
     /// Replies in flight, by request id, so the Stop button can reach them.
-    cancels: Arc<Mutex<HashMap<u64, CancelHandle>>>,
+    cancels: Arc<Mutex<HashMap<u64, Stopper>>>,
+}
+
+/// Remote replies' ids, apart from the engine service's (which count up from 1).
+static NEXT_REMOTE_ID: AtomicU64 = AtomicU64::new(1 << 48);
+
+/// Stops a reply, local or remote.
+enum Stopper {
+    Local(CancelHandle),
+    Remote(Canceller),
+}
+
+/// Where a reply's events come from: the engine service here, or a remote engine. Both are
+/// forwarded, stored and shown alike.
+enum Reply {
+    Local(Ticket),
+    Remote(RemoteTicket),
+}
+
+/// An event of either kind of reply, as it is stored and forwarded.
+enum Incoming {
+    Started { prompt_tokens: usize },
+    Prefill { done: usize, total: usize },
+    Token(TokenEvent),
+    Step(StepEvent),
+    Done { stats: GenerationStats, finish_reason: &'static str },
+    Failed(ErrorInfo),
+}
+
+impl Reply {
+    /// The next event, waiting at most `wait` (for ever when `None`); `Err(true)` when the
+    /// wait ran out, `Err(false)` after the last event.
+    fn next(&self, wait: Option<Duration>) -> Result<Incoming, bool> {
+        match self {
+            Reply::Local(ticket) => receive(wait, |w| ticket.recv_timeout(w), || ticket.recv()).map(Incoming::from),
+            Reply::Remote(ticket) => receive(wait, |w| ticket.recv_timeout(w), || ticket.recv()).map(Incoming::from),
+        }
+    }
+
+    fn cancel(&self) {
+        match self {
+            Reply::Local(ticket) => ticket.cancel(),
+            Reply::Remote(ticket) => ticket.cancel(),
+        }
+    }
+}
+
+fn receive<E>(
+    wait: Option<Duration>,
+    timed: impl FnOnce(Duration) -> Result<E, flume::RecvTimeoutError>,
+    untimed: impl FnOnce() -> Option<E>,
+) -> Result<E, bool> {
+    match wait {
+        None => untimed().ok_or(false),
+        Some(wait) => timed(wait).map_err(|e| e == flume::RecvTimeoutError::Timeout),
+    }
+}
+
+impl From<Event> for Incoming {
+    fn from(event: Event) -> Self {
+        match event {
+            Event::Started { prompt_tokens } => Incoming::Started { prompt_tokens },
+            Event::Prefill { done, total } => Incoming::Prefill { done, total },
+            Event::Token(token) => Incoming::Token(token),
+            Event::Step(step) => Incoming::Step(step),
+            Event::Done(g) => Incoming::Done { stats: g.stats, finish_reason: g.finish_reason.as_str() },
+            Event::Failed(e) => Incoming::Failed(e.into()),
+        }
+    }
+}
+
+impl From<RemoteEvent> for Incoming {
+    fn from(event: RemoteEvent) -> Self {
+        match event {
+            RemoteEvent::Token(token) => Incoming::Token(token),
+            RemoteEvent::Step(step) => Incoming::Step(step),
+            RemoteEvent::Done(r) => Incoming::Done { stats: r.stats, finish_reason: r.finish_reason.as_str() },
+            RemoteEvent::Failed(e) => Incoming::Failed(e),
+        }
+    }
 }
 
 impl Engine {
@@ -86,12 +194,37 @@ impl Engine {
         request.models = Some(spec);
         let ticket = self.service.submit(request)?;
         let id = ticket.id();
-        self.lock_cancels().insert(id, ticket.cancel_handle());
+        self.start(id, Stopper::Local(ticket.cancel_handle()), Reply::Local(ticket), job, store)
+    }
+
+    /// The reply from a remote engine's `model`: streamed, stored and stopped like a local one.
+    pub fn reply_remote(
+        &self,
+        job: ReplyJob,
+        remote: &Remote,
+        model: &str,
+        store: Arc<Mutex<Store>>,
+    ) -> Result<u64, ErrorInfo> {
+        let ticket = remote.chat(model, &job.messages, &job.settings.options()?);
+        let id = NEXT_REMOTE_ID.fetch_add(1, Ordering::Relaxed);
+        self.start(id, Stopper::Remote(ticket.canceller()), Reply::Remote(ticket), job, store)
+    }
+
+    /// Forward the reply's events from a thread of its own, Stop reaching it by `id`.
+    fn start(
+        &self,
+        id: u64,
+        stopper: Stopper,
+        reply: Reply,
+        job: ReplyJob,
+        store: Arc<Mutex<Store>>,
+    ) -> Result<u64, ErrorInfo> {
+        self.lock_cancels().insert(id, stopper);
         let cancels = self.cancels.clone();
         std::thread::Builder::new()
             .name(format!("reply-{id}"))
             .spawn(move || {
-                forward(&ticket, &job, &store);
+                forward(&reply, &job, &store);
                 cancels.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
             })
             .map_err(|e| ErrorInfo::internal(format!("starting a reply: {e}")))?;
@@ -101,15 +234,14 @@ impl Engine {
     /// Stop a reply wherever it is; false when it already ended.
     pub fn cancel(&self, request_id: u64) -> bool {
         match self.lock_cancels().get(&request_id) {
-            Some(cancel) => {
-                cancel.cancel();
-                true
-            }
-            None => false,
+            Some(Stopper::Local(cancel)) => cancel.cancel(),
+            Some(Stopper::Remote(cancel)) => cancel.cancel(),
+            None => return false,
         }
+        true
     }
 
-    fn lock_cancels(&self) -> std::sync::MutexGuard<'_, HashMap<u64, CancelHandle>> {
+    fn lock_cancels(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Stopper>> {
         self.cancels.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -119,42 +251,38 @@ impl Engine {
 /// has few steps), so a crash loses at most the last third of a second and nothing the window
 /// showed; the row's end is written however the reply ends, and before the webview hears of
 /// it, so that what it then reads back is complete.
-fn forward(ticket: &Ticket, job: &ReplyJob, store: &Mutex<Store>) {
+fn forward(reply: &Reply, job: &ReplyJob, store: &Mutex<Store>) {
     let mut unsaved: Vec<TokenEvent> = Vec::new();
     let mut outbox = Outbox::new(&job.events);
     let mut ended = false;
     loop {
-        let event = match outbox.wait() {
-            None => ticket.recv(),
-            Some(wait) => match ticket.recv_timeout(wait) {
-                Ok(event) => Some(event),
-                Err(flume::RecvTimeoutError::Timeout) => {
-                    store_tokens(store, job.message_id, &mut unsaved);
-                    outbox.flush();
-                    continue;
-                }
-                Err(flume::RecvTimeoutError::Disconnected) => None,
-            },
+        let event = match reply.next(outbox.wait()) {
+            Ok(event) => event,
+            Err(true) => {
+                store_tokens(store, job.message_id, &mut unsaved);
+                outbox.flush();
+                continue;
+            }
+            Err(false) => break,
         };
-        let Some(event) = event else { break };
         match event {
-            Event::Started { prompt_tokens } => outbox.send(ReplyEvent::Started { prompt_tokens }),
-            Event::Prefill { done, total } => outbox.send(ReplyEvent::Prefill { done, total }),
-            Event::Token(token) => {
+            Incoming::Started { prompt_tokens } => outbox.send(ReplyEvent::Started { prompt_tokens }),
+            Incoming::Prefill { done, total } => outbox.send(ReplyEvent::Prefill { done, total }),
+            Incoming::Token(token) => {
                 unsaved.push(token.clone());
                 outbox.tokens.push(token);
             }
-            Event::Step(step) => outbox.step = Some(step),
-            Event::Done(g) => {
-                let finish_reason = g.finish_reason.as_str();
-                store_end(store, job.message_id, &mut unsaved, Some(&g.stats), finish_reason);
+            Incoming::Step(step) => outbox.step = Some(step),
+            Incoming::Done { stats, finish_reason } => {
+                store_end(store, job.message_id, &mut unsaved, Some(&stats), finish_reason);
                 ended = true;
-                outbox.send(ReplyEvent::Done { stats: g.stats, finish_reason: finish_reason.into() });
+                outbox.send(ReplyEvent::Done { stats, finish_reason: finish_reason.into() });
             }
-            Event::Failed(e) => {
+            Incoming::Failed(error) => {
+                // The tokens that came before stay: the partial reply is kept, marked "error".
                 store_end(store, job.message_id, &mut unsaved, None, "error");
                 ended = true;
-                outbox.send(ReplyEvent::Error { error: e.into() });
+                outbox.send(ReplyEvent::Error { error });
             }
         }
         if outbox.due() {
@@ -162,7 +290,7 @@ fn forward(ticket: &Ticket, job: &ReplyJob, store: &Mutex<Store>) {
             outbox.flush();
         }
         if outbox.closed {
-            ticket.cancel(); // the webview is gone
+            reply.cancel(); // the webview is gone
         }
     }
     if !ended {

@@ -3,6 +3,7 @@
 
 pub mod bindings;
 mod commands;
+mod connections;
 mod engine;
 mod error;
 mod library;
@@ -21,6 +22,8 @@ pub struct AppState {
     store: Arc<Mutex<Store>>,
     engine: Engine,
     pulls: Arc<library::Pulls>,
+    /// Remote engines' API keys (src-tauri/connections.rs), apart from the history.
+    keys: connections::Keys,
     /// What went wrong at start-up and was worked around, for the window to say once it opens.
     notices: Vec<ErrorInfo>,
 }
@@ -78,7 +81,8 @@ fn read_setting<T: serde::de::DeserializeOwned>(store: &Store, key: &str, notice
 }
 
 fn setup(app: &mut tauri::App) -> Result<(), Box<dyn std::error::Error>> {
-    let path = data_dir(app)?.join("specula.db");
+    let dir = data_dir(app)?;
+    let path = dir.join("specula.db");
     tracing::info!("chat history: {}", path.display());
     let mut notices = Vec::new();
     let store = open_history(&path, &mut notices);
@@ -96,12 +100,14 @@ fn setup(app: &mut tauri::App) -> Result<(), Box<dyn std::error::Error>> {
     // cannot load leaves the app usable, with the reason in the status line. A first run
     // whose default models are not there yet loads nothing: the window offers to download them.
     let first_run = saved.is_none() && !std::path::Path::new(&settings::AppSettings::default().target).exists();
-    if !first_run {
+    // A remote target needs nothing loaded here.
+    let remote = saved.as_ref().is_some_and(|s| s.remote.is_some());
+    if !first_run && !remote {
         if let Err(e) = engine.apply(&saved.unwrap_or_default()) {
             tracing::warn!("the saved settings name no usable models: {}", e.message);
         }
     }
-    app.manage(AppState { store, engine, pulls: Arc::default(), notices });
+    app.manage(AppState { store, engine, pulls: Arc::default(), keys: connections::Keys::new(&dir), notices });
     Ok(())
 }
 

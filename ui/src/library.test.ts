@@ -1,6 +1,28 @@
 import { describe, expect, it } from 'vitest';
-import type { CatalogueEntry, Library, ModelEntry, PullEvent, PullHandle } from './api/types';
-import { addModelByPath, progressText, renderCatalogue, renderRecommended } from './library';
+import type { CatalogueEntry, ConnectionCheck, Library, ModelEntry, PullEvent, PullHandle } from './api/types';
+import {
+  addModelByPath,
+  checkText,
+  connectRemote,
+  parseRemote,
+  progressText,
+  remoteValue,
+  renderCatalogue,
+  renderConnections,
+  renderRecommended,
+} from './library';
+
+/** A library with no remote engines, for the tests of everything else. */
+const noRemotes: Pick<Library, 'connections' | 'addConnection' | 'checkConnection' | 'removeConnection'> = {
+  connections: async () => [],
+  addConnection: async () => {
+    throw new Error('unused');
+  },
+  checkConnection: async () => {
+    throw new Error('unused');
+  },
+  removeConnection: async () => {},
+};
 
 describe('download progress', () => {
   it('shows bytes, speed and time left', () => {
@@ -20,6 +42,7 @@ function fakeLibrary() {
   } as CatalogueEntry;
   const state = { emit: (_: PullEvent) => {}, cancels: 0, release: () => {} };
   const library: Library = {
+    ...noRemotes,
     catalogue: async () => [entry],
     recommended: async () => null,
     addModel: async () => {
@@ -111,6 +134,7 @@ describe('the recommended pair', () => {
     const pulled: string[] = [];
     const used: string[][] = [];
     const library: Library = {
+      ...noRemotes,
       catalogue: async () => [pair.target, pair.draft],
       recommended: async () => pair,
       addModel: async () => {
@@ -144,6 +168,7 @@ describe('the recommended pair', () => {
 
   it('a failed download says why and the button can try again', async () => {
     const library: Library = {
+      ...noRemotes,
       catalogue: async () => [],
       recommended: async () => pair,
       addModel: async () => {
@@ -170,6 +195,7 @@ describe('the recommended pair', () => {
     const local = { ...pair, target: { ...pair.target, path: '/m/big.gguf' }, draft: { ...pair.draft, path: '/m/small.gguf' } };
     const used: string[][] = [];
     const library: Library = {
+      ...noRemotes,
       catalogue: async () => [],
       recommended: async () => local,
       addModel: async () => {
@@ -193,6 +219,7 @@ describe('the recommended pair', () => {
 
 describe('a model file added by path', () => {
   const library = (addModel: Library['addModel']): Library => ({
+    ...noRemotes,
     catalogue: async () => [],
     recommended: async () => null,
     diagnose: async () => ({ compatible: true, text: '' }),
@@ -225,5 +252,82 @@ describe('a model file added by path', () => {
     expect(refused).toBeNull();
     expect(status.dataset.state).toBe('error');
     expect(status.textContent).toBe('/data/notes.gguf is not a GGUF file');
+  });
+});
+
+describe('remote engines', () => {
+  const ok: ConnectionCheck = { base_url: 'http://gpu:8080/v1', models: ['qwen-32b', 'qwen-0.5b'], kind: 'llama_cpp', round_trip_ms: 13.6 };
+
+  it('a check reads as the engine, its models and the round trip, or as its error', () => {
+    expect(checkText(ok)).toBe('llama.cpp · 2 models · 14 ms round trip');
+    expect(checkText({ ...ok, models: ['m'], kind: 'specula' })).toBe('Specula · 1 model · 14 ms round trip');
+    expect(checkText({ ...ok, error: { code: 'unauthorized', message: 'the remote refused the API key (401)' } })).toBe(
+      'the remote refused the API key (401)',
+    );
+  });
+
+  it('a remote model survives the target picker, odd characters and all, and a local path is not one', () => {
+    const target = { base_url: 'http://h:1/v1', model: 'org/model "q4"|x' };
+    expect(parseRemote(remoteValue(target))).toEqual(target);
+    expect(parseRemote('/models/qwen.gguf')).toBeNull();
+    expect(parseRemote('remote:{not json')).toBeNull();
+  });
+
+  it('connecting says what the remote is, or why it is not kept', async () => {
+    const status = document.createElement('p');
+    const asked: (string | null)[][] = [];
+    const library: Library = {
+      ...noRemotes,
+      catalogue: async () => [],
+      recommended: async () => null,
+      addModel: async () => {
+        throw new Error('unused');
+      },
+      diagnose: async () => ({ compatible: true, text: '' }),
+      pull: async () => ({ cancel: async () => {} }),
+      addConnection: async (url, key) => {
+        asked.push([url, key]);
+        return key === 'sk-good' ? ok : { ...ok, models: [], error: { code: 'unauthorized', message: 'the remote refused the API key (401): bad key' } };
+      },
+    };
+    expect(await connectRemote(library, ' http://gpu:8080 ', ' sk-good ', status)).toBe(true);
+    expect(status.textContent).toContain('connected: llama.cpp · 2 models');
+    expect(await connectRemote(library, 'http://gpu:8080', 'sk-bad', status)).toBe(false);
+    expect(status.dataset.state).toBe('error');
+    expect(status.textContent).toBe('the remote refused the API key (401): bad key');
+    expect(await connectRemote(library, 'http://gpu:8080', '', status)).toBe(false);
+    expect(asked).toEqual([['http://gpu:8080', 'sk-good'], ['http://gpu:8080', 'sk-bad'], ['http://gpu:8080', null]]);
+  });
+
+  it('each remembered connection is checked again and can be removed', async () => {
+    let connections = [
+      { base_url: 'http://gpu:8080/v1', has_key: true, models: ['old'], kind: 'llama_cpp' as const },
+      { base_url: 'http://down:1/v1', has_key: false, models: ['m'], kind: 'open_ai' as const },
+    ];
+    const library: Library = {
+      ...noRemotes,
+      catalogue: async () => [],
+      recommended: async () => null,
+      addModel: async () => {
+        throw new Error('unused');
+      },
+      diagnose: async () => ({ compatible: true, text: '' }),
+      pull: async () => ({ cancel: async () => {} }),
+      connections: async () => connections,
+      checkConnection: async (url) =>
+        url.includes('down') ? { ...ok, base_url: url, models: [], error: { code: 'unreachable', message: 'the remote refused the connection: is it running?' } } : ok,
+      removeConnection: async (url) => void (connections = connections.filter((c) => c.base_url !== url)),
+    };
+    const list = document.createElement('ul');
+    await renderConnections(library, list);
+    await new Promise((r) => setTimeout(r, 0));
+    const rows = [...list.querySelectorAll<HTMLElement>('li.connection')];
+    expect(rows.map((r) => r.dataset.state)).toEqual(['ready', 'error']);
+    expect(rows[0].querySelector('.name')!.textContent).toBe('http://gpu:8080/v1 (key kept)');
+    expect(rows[0].querySelector('.facts')!.textContent).toBe('qwen-32b, qwen-0.5b');
+    expect(rows[1].querySelector('.status')!.textContent).toBe('the remote refused the connection: is it running?');
+    rows[1].querySelector('button')!.click();
+    await new Promise((r) => setTimeout(r, 0));
+    expect([...list.querySelectorAll('li.connection')].length).toBe(1);
   });
 });

@@ -1,7 +1,19 @@
 // The library dialog: the catalogue of known-good target/draft pairs with a download button
-// and a live progress line per model, and the compatibility doctor for any two local models.
+// and a live progress line per model, remote engines (connections), and the compatibility doctor
+// for any two local models.
 
-import type { CatalogueEntry, Library, ModelEntry, PullEvent, PullHandle, RecommendedPair } from './api/types';
+import type {
+  CatalogueEntry,
+  Connection,
+  ConnectionCheck,
+  Library,
+  ModelEntry,
+  PullEvent,
+  PullHandle,
+  RecommendedPair,
+  RemoteKind,
+  RemoteTarget,
+} from './api/types';
 import { asErrorCode, toBackendError } from './api/types';
 
 const mb = (bytes: number) => (bytes / 1e6).toFixed(1);
@@ -243,4 +255,88 @@ export async function runDoctor(library: Library, target: string, draft: string,
     out.dataset.compatible = 'false';
     out.textContent = toBackendError(e).message;
   }
+}
+
+// ----- remote engines -----
+
+/** A remote model as a value of the target picker (which also lists local paths). */
+export function remoteValue(target: RemoteTarget): string {
+  return `remote:${JSON.stringify([target.base_url, target.model])}`;
+}
+
+/** The remote target a picker value names, or null for a local path. */
+export function parseRemote(value: string): RemoteTarget | null {
+  if (!value.startsWith('remote:')) return null;
+  try {
+    const [base_url, model] = JSON.parse(value.slice('remote:'.length)) as [string, string];
+    return typeof base_url === 'string' && typeof model === 'string' ? { base_url, model } : null;
+  } catch {
+    return null;
+  }
+}
+
+const ENGINES: Record<RemoteKind, string> = { specula: 'Specula', llama_cpp: 'llama.cpp', open_ai: 'OpenAI-compatible' };
+
+/** "llama.cpp · 2 models · 14 ms round trip", or why the check failed. */
+export function checkText(check: ConnectionCheck): string {
+  if (check.error) return check.error.message;
+  const models = `${check.models.length} model${check.models.length === 1 ? '' : 's'}`;
+  return `${ENGINES[check.kind]} · ${models} · ${check.round_trip_ms.toFixed(0)} ms round trip`;
+}
+
+/** The connect form: the backend checks the remote and remembers it when it answers. */
+export async function connectRemote(library: Library, url: string, key: string, status: HTMLElement): Promise<boolean> {
+  status.dataset.state = 'checking';
+  status.textContent = 'connecting…';
+  try {
+    const check = await library.addConnection(url.trim(), key.trim() || null);
+    status.dataset.state = check.error ? 'error' : 'added';
+    status.textContent = check.error ? check.error.message : `connected: ${checkText(check)}; its models are offered in Settings`;
+    return !check.error;
+  } catch (e) {
+    status.dataset.state = 'error';
+    status.textContent = toBackendError(e).message;
+    return false;
+  }
+}
+
+/** The remembered connections, each checked again as the dialog opens (health and round trip). */
+export async function renderConnections(library: Library, list: HTMLElement): Promise<void> {
+  const connections = await library.connections();
+  list.replaceChildren(...connections.map((c) => connectionRow(library, c, list)));
+}
+
+function connectionRow(library: Library, connection: Connection, list: HTMLElement): HTMLElement {
+  const row = document.createElement('li');
+  row.className = 'connection';
+  row.dataset.url = connection.base_url;
+  row.dataset.state = 'checking';
+  const title = document.createElement('span');
+  title.className = 'name';
+  title.textContent = connection.base_url + (connection.has_key ? ' (key kept)' : '');
+  const facts = document.createElement('span');
+  facts.className = 'facts';
+  facts.textContent = connection.models.join(', ');
+  const status = document.createElement('span');
+  status.className = 'status';
+  status.textContent = 'checking…';
+  const remove = document.createElement('button');
+  remove.type = 'button';
+  remove.textContent = 'Remove';
+  remove.addEventListener('click', () => {
+    void library.removeConnection(connection.base_url).then(() => renderConnections(library, list));
+  });
+  library.checkConnection(connection.base_url).then(
+    (check) => {
+      row.dataset.state = check.error ? 'error' : 'ready';
+      status.textContent = checkText(check);
+      if (!check.error) facts.textContent = check.models.join(', ');
+    },
+    (e) => {
+      row.dataset.state = 'error';
+      status.textContent = toBackendError(e).message;
+    },
+  );
+  row.append(title, facts, remove, status);
+  return row;
 }

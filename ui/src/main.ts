@@ -2,11 +2,22 @@
 
 import './style.css';
 import { type Backend, connect } from './api/backend';
-import type { ChatMessage, Conversation, GenerationStats, ModelEntry, ReplyEvent, ReplyHandle, Settings, StepEvent } from './api/types';
+import type { ChatMessage, Connection, Conversation, GenerationStats, ModelEntry, ReplyEvent, ReplyHandle, Settings, StepEvent } from './api/types';
+import { remoteHost } from './api/label';
 import { DEFAULT_SETTINGS, toBackendError } from './api/types';
-import { addModelByPath, fillDoctor, renderCatalogue, renderRecommended, runDoctor } from './library';
+import {
+  addModelByPath,
+  connectRemote,
+  fillDoctor,
+  parseRemote,
+  remoteValue,
+  renderCatalogue,
+  renderConnections,
+  renderRecommended,
+  runDoctor,
+} from './library';
 import { renderMarkdown } from './render/markdown';
-import { liveFigures, sparkline, summarize } from './render/speed';
+import { liveFigures, sparkline, summarize, summarizeRemote } from './render/speed';
 import { ReplyStream } from './render/stream';
 import { renderTokens } from './render/tokens';
 
@@ -173,7 +184,8 @@ function fillBody(body: HTMLElement, m: ChatMessage): void {
 
 function replyFooter(m: ChatMessage): string {
   const parts: string[] = [];
-  if (m.stats) parts.push(summarize(m.stats, state.settings.k));
+  // A remote's reply is labelled "remote MODEL @ HOST" (AppSettings::label).
+  if (m.stats) parts.push(m.settings_label?.startsWith('remote ') ? summarizeRemote(m.stats) : summarize(m.stats, state.settings.k));
   if (m.finish_reason === 'cancelled') parts.push('stopped');
   if (m.finish_reason === 'error') parts.push('failed');
   if (m.finish_reason === 'length') parts.push('hit the token limit');
@@ -230,7 +242,8 @@ async function streamReply(conversationId: number): Promise<void> {
   ui.messages.querySelector('.empty')?.remove();
   ui.messages.append(live);
   const summary = live.querySelector('.reply-summary') as HTMLElement;
-  const panel = new SpeedPanel(state.settings.drafter !== 'none');
+  const remote = state.settings.remote != null;
+  const panel = new SpeedPanel(remote || state.settings.drafter !== 'none', remote);
   // Painting is batched: the text, the speed figures and the scroll move together a few
   // times a second, however fast tokens come.
   const view = new ReplyStream(live.querySelector('.body') as HTMLElement, {
@@ -255,7 +268,7 @@ async function streamReply(conversationId: number): Promise<void> {
     } else if (event.kind === 'done') {
       view.finish();
       panel.finish(event.stats);
-      ui.summary.textContent = summarize(event.stats, state.settings.k);
+      ui.summary.textContent = state.settings.remote ? summarizeRemote(event.stats) : summarize(event.stats, state.settings.k);
     } else if (event.kind === 'error') {
       view.finish();
       showNotice(event.error);
@@ -297,11 +310,14 @@ class SpeedPanel {
     if (step.speedup_vs_plain != null) this.speedups.push(step.speedup_vs_plain);
   }
 
-  constructor(private readonly drafting: boolean) {}
+  constructor(
+    private readonly drafting: boolean,
+    private readonly remote = false,
+  ) {}
 
   paint(): void {
     if (!this.latest) return;
-    const figures = liveFigures(this.latest, this.drafting);
+    const figures = liveFigures(this.latest, this.drafting, this.remote);
     const set = (name: string, value: string) => {
       const el = ui.speed.querySelector(`[data-figure="${name}"]`);
       if (el && el.textContent !== value) el.textContent = value;
@@ -364,30 +380,53 @@ async function openSettings(): Promise<void> {
   const runnable = state.backend.canChooseTarget ? models.filter((m) => m.runnable !== false) : [];
   target.replaceChildren(...runnable.map((m) => option(m.path, label(m))));
   if (![...target.options].some((o) => o.value === s.target)) target.append(option(s.target, s.target));
-  target.value = s.target;
+  for (const c of await loadConnections()) {
+    const group = document.createElement('optgroup');
+    group.label = `Remote: ${c.base_url}`;
+    group.append(...c.models.map((m) => option(remoteValue({ base_url: c.base_url, model: m }), `${m} @ ${remoteHost(c.base_url)}`)));
+    target.append(group);
+  }
+  target.value = s.remote ? remoteValue(s.remote) : s.target;
+  if (target.selectedIndex < 0 && s.remote) target.append(option(remoteValue(s.remote), `${s.remote.model} @ ${remoteHost(s.remote.base_url)}`));
+  target.value = s.remote ? remoteValue(s.remote) : s.target;
   target.disabled = !state.backend.canChooseTarget;
-  target.onchange = () => void loadModels(target.value).then((list) => fillDrafts(list, target.value, 'none'));
   const withModel = s.drafter === 'model' || s.drafter === 'auto';
   fillDrafts(models, s.target, withModel ? `model:${s.draft}` : s.drafter);
   const copies = form.elements.namedItem('copies') as HTMLInputElement;
   copies.checked = s.drafter === 'auto';
-  // Copies ride beside a draft model; prompt lookup already is copying, and none drafts nothing.
   const draftSelect = form.elements.namedItem('draft') as HTMLSelectElement;
-  const copiesApply = () => (copies.disabled = !draftSelect.value.startsWith('model:'));
-  draftSelect.onchange = copiesApply;
-  copiesApply();
+  // A remote drafts (or not) as it was started: the local drafting settings are greyed out.
+  const localOnly = ['draft', 'copies', 'k', 'context', 'device'];
+  const applyTarget = () => {
+    const remote = parseRemote(target.value) !== null;
+    for (const name of localOnly) (form.elements.namedItem(name) as HTMLInputElement).disabled = remote || (!state.backend.canChooseTarget && (name === 'context' || name === 'device'));
+    // Copies ride beside a draft model; prompt lookup already is copying, and none drafts nothing.
+    if (!remote) copies.disabled = !draftSelect.value.startsWith('model:');
+    if (remote) ui.draftNote.textContent = 'A remote engine drafts (or not) as it was started: draft, k, context and device apply to local models.';
+  };
+  target.onchange = () => {
+    if (parseRemote(target.value)) applyTarget();
+    else void loadModels(target.value).then((list) => { fillDrafts(list, target.value, 'none'); applyTarget(); });
+  };
+  draftSelect.onchange = applyTarget;
   const k = form.elements.namedItem('k') as HTMLSelectElement;
   k.replaceChildren(option('auto', 'auto (measured)'), ...Array.from({ length: 16 }, (_, i) => option(String(i + 1), String(i + 1))));
   k.value = String(s.k);
   for (const name of ['mode', 'temperature', 'top_p', 'top_k', 'seed', 'max_tokens', 'context', 'device'] as const) {
     (form.elements.namedItem(name) as HTMLInputElement).value = String(s[name] ?? '');
   }
-  for (const name of ['context', 'device']) {
-    (form.elements.namedItem(name) as HTMLInputElement).disabled = !state.backend.canChooseTarget;
-  }
+  applyTarget();
   $('#api-key-field').hidden = !state.backend.apiKey;
   (form.elements.namedItem('api_key') as HTMLInputElement).value = state.backend.apiKey?.() ?? '';
   ui.settingsDialog.showModal();
+}
+
+/** The remembered remote engines; none where the transport has no library (the browser). */
+async function loadConnections(): Promise<Connection[]> {
+  return (await state.backend.library?.connections().catch((e) => {
+    showNotice(e);
+    return [] as Connection[];
+  })) ?? [];
 }
 
 async function loadModels(target: string): Promise<ModelEntry[]> {
@@ -438,9 +477,11 @@ function readSettings(): Settings {
   const k = value('k');
   const copies = (form.elements.namedItem('copies') as HTMLInputElement).checked;
   const model: Settings['drafter'] = copies ? 'auto' : 'model';
+  const remote = parseRemote(value('target'));
   return {
     ...state.settings,
-    target: value('target'),
+    target: remote ? state.settings.target : value('target'),
+    remote,
     drafter: draft.startsWith('model:') ? model : (draft as Settings['drafter']),
     draft: draft.startsWith('model:') ? draft.slice('model:'.length) : state.settings.draft,
     k: k === 'auto' ? 'auto' : Number(k),
@@ -489,7 +530,8 @@ function showStatus(status: Awaited<ReturnType<Backend['status']>>): void {
   };
   const drafter = drafters[chosen];
   ui.engine.dataset.state = status.state ?? (status.loading ? 'loading' : 'ready');
-  if (status.loading) ui.engine.textContent = 'loading models…';
+  if (state.settings.remote) ui.engine.textContent = `target ${status.target ?? state.settings.remote.model} · draft: the remote's · ${status.device}`;
+  else if (status.loading) ui.engine.textContent = 'loading models…';
   else if (!status.target) ui.engine.textContent = `no model loaded${status.error ? '' : ': choose one in Settings'}`;
   else ui.engine.textContent = `target ${name(status.target)} · draft ${drafter} · k ${state.settings.k}${status.device ? ` · ${status.device}` : ''}`;
   if (status.error) showNotice(status.error);
@@ -579,6 +621,7 @@ function wireLibrary(): void {
     await Promise.all([
       renderRecommended(library, $('#recommended'), usePair),
       renderCatalogue(library, $('#catalogue'), () => void refreshDoctor()),
+      renderConnections(library, $('#connections')),
       refreshDoctor(),
     ]);
     if (!dialog.open) dialog.showModal();
@@ -590,6 +633,15 @@ function wireLibrary(): void {
     const field = $<HTMLInputElement>('#add-model [name=path]');
     void addModelByPath(library, field.value, $('#add-model-status')).then((model) => {
       if (model) void refreshDoctor();
+    });
+  });
+  $('#add-connection').addEventListener('submit', (e) => {
+    e.preventDefault();
+    const [url, key] = [$<HTMLInputElement>('#add-connection [name=url]'), $<HTMLInputElement>('#add-connection [name=key]')];
+    void connectRemote(library, url.value, key.value, $('#add-connection-status')).then((added) => {
+      if (!added) return;
+      key.value = '';
+      void renderConnections(library, $('#connections'));
     });
   });
   $('#doctor-run').addEventListener('click', () => void runDoctor(library, target.value, draft.value, $('#doctor-report')));
@@ -621,7 +673,8 @@ async function start(): Promise<void> {
   const recent = await backend.conversations();
   if (recent[0]) state.conversation = await backend.conversation(recent[0].id);
   await refreshAll();
-  await backend.status().then(showStatus, showNotice);
+  // A remote target's status is a check of its connection.
+  await (settings.remote ? backend.applyModels(settings) : backend.status()).then(showStatus, showNotice);
   // Said after the status, which may have a notice of its own: this one matters more.
   const notices = (await backend.startupNotices?.().catch(() => [])) ?? [];
   if (notices.length) showNotice({ code: notices[0].code, message: notices.map((n) => n.message).join(' ') });

@@ -4,6 +4,7 @@
 mod bench;
 mod device_check;
 mod library;
+mod remote;
 mod run;
 mod speed;
 
@@ -145,7 +146,7 @@ fn doctor_trial(args: &DoctorArgs) -> Result<specula_hub::doctor::Trial, String>
 /// Model, draft and device options shared by the commands that decode.
 #[derive(Args, Clone)]
 pub struct ModelArgs {
-    /// Target model (.gguf).
+    /// Target model (.gguf); with --remote, the remote's model id.
     #[arg(long)]
     pub model: PathBuf,
     /// Draft model (.gguf) with the target's vocabulary; enables speculative decoding.

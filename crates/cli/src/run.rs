@@ -1,5 +1,6 @@
 //! `generate`, `chat` and `tokenize`.
 
+use crate::remote::RemoteArgs;
 use crate::{ModelArgs, SamplingArgs};
 use clap::Args;
 use specula_engine::service::{EngineHandle, Event, Prompt, Request, ServiceConfig};
@@ -14,6 +15,8 @@ use std::path::PathBuf;
 pub struct GenerateArgs {
     #[command(flatten)]
     model: ModelArgs,
+    #[command(flatten)]
+    remote: RemoteArgs,
     /// Draft length: 1-16, or auto to choose it per step from measured costs.
     #[arg(long, default_value = "auto")]
     k: KSetting,
@@ -40,6 +43,8 @@ pub struct GenerateArgs {
 pub struct ChatArgs {
     #[command(flatten)]
     model: ModelArgs,
+    #[command(flatten)]
+    remote: RemoteArgs,
     /// Draft length: 1-16, or auto to choose it per step from measured costs.
     #[arg(long, default_value = "auto")]
     k: KSetting,
@@ -120,7 +125,7 @@ pub struct ChatTemplateArgs {
 
 pub type CliResult = Result<(), String>;
 
-fn read_file(path: &PathBuf) -> Result<String, String> {
+pub fn read_file(path: &PathBuf) -> Result<String, String> {
     std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
@@ -150,6 +155,14 @@ pub fn generate(args: GenerateArgs) -> CliResult {
         (None, Some(path)) => read_file(path)?,
         (None, None) => return Err("give --prompt or --prompt-file".into()),
     };
+    if let Some((remote, model)) = args.remote.open(&args.model)? {
+        if args.raw {
+            return Err("--raw needs a local model: a remote takes chat messages".into());
+        }
+        let mut messages: Vec<Message> = args.system.iter().map(Message::system).collect();
+        messages.push(Message::user(user));
+        return crate::remote::generate(&remote, &model, &messages, &args.sampling, args.json);
+    }
     let mut session = open_session(&args.model)?;
     let decoding = decoding(&args.model, args.k, &session);
     let prompt = if args.raw {
@@ -178,6 +191,9 @@ pub fn generate(args: GenerateArgs) -> CliResult {
 
 /// A terminal chat, driven through the engine service as the app and the server drive it.
 pub fn chat(args: ChatArgs) -> CliResult {
+    if let Some((remote, model)) = args.remote.open(&args.model)? {
+        return crate::remote::chat(&remote, &model, args.system.as_deref(), &args.sampling);
+    }
     let session = open_session(&args.model)?;
     let name = session.target.info.name.clone();
     let config =
@@ -387,7 +403,8 @@ impl TokenSink for Printer {
 
 pub fn print_stats(g: &Generation) {
     let s = &g.stats;
-    let prefill_rate = (s.prompt_tokens - s.cached_prompt_tokens) as f64 / (s.prefill_ms / 1000.0).max(1e-9);
+    let prefill_rate =
+        s.prompt_tokens.saturating_sub(s.cached_prompt_tokens) as f64 / (s.prefill_ms / 1000.0).max(1e-9);
     eprintln!(
         "prompt: {} tokens ({} cached) in {:.0} ms, {:.1} tok/s · decode: {} tokens in {:.0} ms, {:.2} tok/s",
         s.prompt_tokens,

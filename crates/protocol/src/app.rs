@@ -7,6 +7,7 @@ use crate::events::{GenerationStats, StepEvent, TokenEvent};
 use crate::history::StoredMessage;
 use crate::limits::{DEFAULT_CONTEXT, DEFAULT_MAX_TOKENS};
 use crate::options::{DrafterKind, KSetting, Mode, SamplingParams};
+use crate::remote::RemoteTarget;
 use serde::{Deserialize, Serialize};
 use specta::Type;
 use std::path::PathBuf;
@@ -44,6 +45,10 @@ pub struct AppSettings {
     pub max_tokens: usize,
     pub context: usize,
     pub device: String,
+    /// A remote engine's model to chat with instead of `target` (its draft, if any, is the
+    /// remote's: `draft`, `drafter` and `k` are kept for when the user switches back).
+    #[serde(default)]
+    pub remote: Option<RemoteTarget>,
 }
 
 impl Default for AppSettings {
@@ -63,6 +68,7 @@ impl Default for AppSettings {
             max_tokens: DEFAULT_MAX_TOKENS,
             context: DEFAULT_CONTEXT,
             device: "auto".into(),
+            remote: None,
         }
     }
 }
@@ -75,6 +81,9 @@ impl AppSettings {
         let mut mode = self.mode.as_str().to_string();
         if let (false, Some(seed)) = (self.mode == Mode::Greedy, self.seed) {
             mode = format!("{mode} · seed {seed}");
+        }
+        if let Some(remote) = &self.remote {
+            return format!("remote {} @ {} · {mode}", remote.model, remote.host());
         }
         let k = self.k;
         match self.drafter {
@@ -95,7 +104,12 @@ pub fn label_cases() -> Vec<(AppSettings, String)> {
         AppSettings { mode: Mode::Reproducible, seed: None, ..base.clone() },
         AppSettings { drafter: DrafterKind::Lookup, mode: Mode::Reproducible, seed: Some(42), ..base.clone() },
         AppSettings { drafter: DrafterKind::Auto, mode: Mode::Greedy, ..base.clone() },
-        AppSettings { drafter: DrafterKind::None, mode: Mode::Sample, seed: Some(1), ..base },
+        AppSettings { drafter: DrafterKind::None, mode: Mode::Sample, seed: Some(1), ..base.clone() },
+        AppSettings {
+            remote: Some(RemoteTarget { base_url: "http://gpu-box:8080/v1".into(), model: "qwen-32b".into() }),
+            mode: Mode::Greedy,
+            ..base
+        },
     ];
     cases.into_iter().map(|s| (s.clone(), s.label())).collect()
 }
@@ -250,6 +264,7 @@ mod tests {
                 "prompt lookup · k auto · reproducible · seed 42",
                 "draft model + copies · k auto · greedy",
                 "plain · sample · seed 1",
+                "remote qwen-32b @ gpu-box:8080 · greedy",
             ]
         );
     }

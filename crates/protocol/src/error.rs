@@ -63,6 +63,17 @@ error_codes! {
     NoGguf = "no_gguf",
     BadName = "bad_name",
     Oversized = "oversized",
+    // A remote engine (crates/remote).
+    /// The remote could not be reached (refused, no such host, the connection dropped).
+    Unreachable = "unreachable",
+    /// The remote refused the API key (401 or 403).
+    Unauthorized = "unauthorized",
+    /// The remote sent nothing for too long.
+    Timeout = "timeout",
+    /// The remote answered with an error of its own.
+    RemoteError = "remote_error",
+    /// The remote's answer broke the protocol: malformed, oversized, endless, or a redirect.
+    BadResponse = "bad_response",
     // The app.
     /// A failure with no better name (a task that could not be joined, a stopped engine).
     Internal = "internal",

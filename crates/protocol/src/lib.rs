@@ -12,6 +12,7 @@ pub mod events;
 pub mod history;
 pub mod limits;
 pub mod options;
+pub mod remote;
 
 pub use app::{
     AppSettings, CatalogueEntry, Diagnosis, EngineState, EngineStatus, ModelEntry, ModelRole, PullEvent,
@@ -25,3 +26,4 @@ pub use events::{
 pub use history::{Conversation, ConversationSummary, StoredMessage};
 pub use limits::*;
 pub use options::{Decoding, DrafterKind, GenerateOptions, Grammar, KSetting, Mode, SamplingParams};
+pub use remote::{Connection, ConnectionCheck, RemoteKind, RemoteTarget};

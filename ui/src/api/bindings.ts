@@ -94,6 +94,25 @@ async cancelPull(id: number) : Promise<boolean> {
 },
 async diagnose(target: string, draft: string) : Promise<Diagnosis> {
     return await TAURI_INVOKE("diagnose", { target, draft });
+},
+async listConnections() : Promise<Connection[]> {
+    return await TAURI_INVOKE("list_connections");
+},
+/**
+ * Check a remote and, when it answers, remember it (and its key); one that does not answer
+ * is not kept, and the check says why.
+ */
+async addConnection(baseUrl: string, apiKey: string | null) : Promise<ConnectionCheck> {
+    return await TAURI_INVOKE("add_connection", { baseUrl, apiKey });
+},
+/**
+ * Check a remembered connection again: its models, whether it answers, its round trip.
+ */
+async checkConnection(baseUrl: string) : Promise<ConnectionCheck> {
+    return await TAURI_INVOKE("check_connection", { baseUrl });
+},
+async removeConnection(baseUrl: string) : Promise<null> {
+    return await TAURI_INVOKE("remove_connection", { baseUrl });
 }
 }
 
@@ -134,7 +153,12 @@ k: number | AutoWord; mode: Mode; temperature: number; top_p: number; top_k: num
 /**
  * A pinned seed; `None` draws a fresh one for each reply, so Regenerate gives a new one.
  */
-seed?: number | null; max_tokens: number; context: number; device: string }
+seed?: number | null; max_tokens: number; context: number; device: string; 
+/**
+ * A remote engine's model to chat with instead of `target` (its draft, if any, is the
+ * remote's: `draft`, `drafter` and `k` are kept for when the user switches back).
+ */
+remote?: RemoteTarget | null }
 export type AutoWord = "auto"
 /**
  * A model of the catalogue of known-good pairs.
@@ -148,6 +172,27 @@ memory_mb: number;
  * Where it is in the Hugging Face cache, when it is there.
  */
 path?: string | null }
+/**
+ * A connection as the app remembers it (the key is stored apart, only whether there is one).
+ */
+export type Connection = { 
+/**
+ * Normalised: scheme, host, port and path up to `/v1`, no trailing slash.
+ */
+base_url: string; has_key: boolean; 
+/**
+ * The remote's models at the last check.
+ */
+models: string[]; kind: RemoteKind }
+/**
+ * What checking a connection found: its models and how long one round trip took, or why
+ * it failed.
+ */
+export type ConnectionCheck = { base_url: string; models: string[]; kind: RemoteKind; 
+/**
+ * Milliseconds for `GET /v1/models`, measured here.
+ */
+round_trip_ms: number; error?: ErrorInfo | null }
 export type Conversation = { id: number; title: string; system_prompt: string; updated_at: number; messages: StoredMessage[] }
 export type ConversationSummary = { id: number; title: string; 
 /**
@@ -233,6 +278,26 @@ export type ErrorCode =
  */
 "busy" | "no_model" | "engine_panic" | "compute" | "storage" | "not_found" | "invalid_request" | "http" | "checksum" | "disk_full" | "cancelled" | "interrupted" | "no_gguf" | "bad_name" | "oversized" | 
 /**
+ * The remote could not be reached (refused, no such host, the connection dropped).
+ */
+"unreachable" | 
+/**
+ * The remote refused the API key (401 or 403).
+ */
+"unauthorized" | 
+/**
+ * The remote sent nothing for too long.
+ */
+"timeout" | 
+/**
+ * The remote answered with an error of its own.
+ */
+"remote_error" | 
+/**
+ * The remote's answer broke the protocol: malformed, oversized, endless, or a redirect.
+ */
+"bad_response" | 
+/**
  * A failure with no better name (a task that could not be joined, a stopped engine).
  */
 "internal" | 
@@ -313,6 +378,28 @@ export type RecommendedPair = { target: CatalogueEntry; draft: CatalogueEntry;
  * Why it suits this machine: its cores and free memory.
  */
 reason: string }
+/**
+ * Which engine a remote is, as far as its answers tell; it decides which statistics can be
+ * read from its replies.
+ */
+export type RemoteKind = 
+/**
+ * Another `specula serve`: tokens with their provenance, and its speculative figures.
+ */
+"specula" | 
+/**
+ * llama.cpp's `llama-server`: draft counts in its `timings`.
+ */
+"llama_cpp" | 
+/**
+ * Any other OpenAI-compatible server: text and usage only.
+ */
+"open_ai"
+/**
+ * A model of a remote engine chosen as the target: the connection's base URL and the
+ * remote's own model id.
+ */
+export type RemoteTarget = { base_url: string; model: string }
 /**
  * What the UI hears while a reply streams.
  */
@@ -505,5 +592,5 @@ export const MAX_K = 16 as const;
 export const DEFAULT_AUTO_K_MAX = 8 as const;
 export const DEFAULT_CONTEXT = 4096 as const;
 export const DEFAULT_MAX_TOKENS = 512 as const;
-export const ERROR_CODES = ["io","not_gguf","truncated","bad_header","unsupported_architecture","bad_metadata","tokenizer","template","context_overflow","model_too_large","incompatible_draft","invalid_setting","invalid_grammar","invalid_logits","busy","no_model","engine_panic","compute","storage","not_found","invalid_request","http","checksum","disk_full","cancelled","interrupted","no_gguf","bad_name","oversized","internal","history_in_memory","history_set_aside","path_not_allowed","settings_reset"] as const;
-export const LABEL_CASES = [[{"target":"t.gguf","draft":"d.gguf","drafter":"model","k":"auto","mode":"greedy","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":3,"max_tokens":512,"context":4096,"device":"auto"},"draft model · k auto · greedy"],[{"target":"t.gguf","draft":"d.gguf","drafter":"model","k":4,"mode":"sample","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":7,"max_tokens":512,"context":4096,"device":"auto"},"draft model · k 4 · sample · seed 7"],[{"target":"t.gguf","draft":"d.gguf","drafter":"model","k":"auto","mode":"reproducible","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":null,"max_tokens":512,"context":4096,"device":"auto"},"draft model · k auto · reproducible"],[{"target":"t.gguf","draft":"d.gguf","drafter":"lookup","k":"auto","mode":"reproducible","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":42,"max_tokens":512,"context":4096,"device":"auto"},"prompt lookup · k auto · reproducible · seed 42"],[{"target":"t.gguf","draft":"d.gguf","drafter":"auto","k":"auto","mode":"greedy","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":null,"max_tokens":512,"context":4096,"device":"auto"},"draft model + copies · k auto · greedy"],[{"target":"t.gguf","draft":"d.gguf","drafter":"none","k":"auto","mode":"sample","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":1,"max_tokens":512,"context":4096,"device":"auto"},"plain · sample · seed 1"]] as const;
+export const ERROR_CODES = ["io","not_gguf","truncated","bad_header","unsupported_architecture","bad_metadata","tokenizer","template","context_overflow","model_too_large","incompatible_draft","invalid_setting","invalid_grammar","invalid_logits","busy","no_model","engine_panic","compute","storage","not_found","invalid_request","http","checksum","disk_full","cancelled","interrupted","no_gguf","bad_name","oversized","unreachable","unauthorized","timeout","remote_error","bad_response","internal","history_in_memory","history_set_aside","path_not_allowed","settings_reset"] as const;
+export const LABEL_CASES = [[{"target":"t.gguf","draft":"d.gguf","drafter":"model","k":"auto","mode":"greedy","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":3,"max_tokens":512,"context":4096,"device":"auto","remote":null},"draft model · k auto · greedy"],[{"target":"t.gguf","draft":"d.gguf","drafter":"model","k":4,"mode":"sample","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":7,"max_tokens":512,"context":4096,"device":"auto","remote":null},"draft model · k 4 · sample · seed 7"],[{"target":"t.gguf","draft":"d.gguf","drafter":"model","k":"auto","mode":"reproducible","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":null,"max_tokens":512,"context":4096,"device":"auto","remote":null},"draft model · k auto · reproducible"],[{"target":"t.gguf","draft":"d.gguf","drafter":"lookup","k":"auto","mode":"reproducible","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":42,"max_tokens":512,"context":4096,"device":"auto","remote":null},"prompt lookup · k auto · reproducible · seed 42"],[{"target":"t.gguf","draft":"d.gguf","drafter":"auto","k":"auto","mode":"greedy","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":null,"max_tokens":512,"context":4096,"device":"auto","remote":null},"draft model + copies · k auto · greedy"],[{"target":"t.gguf","draft":"d.gguf","drafter":"none","k":"auto","mode":"sample","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":1,"max_tokens":512,"context":4096,"device":"auto","remote":null},"plain · sample · seed 1"],[{"target":"t.gguf","draft":"d.gguf","drafter":"model","k":"auto","mode":"greedy","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":null,"max_tokens":512,"context":4096,"device":"auto","remote":{"base_url":"http://gpu-box:8080/v1","model":"qwen-32b"}},"remote qwen-32b @ gpu-box:8080 · greedy"]] as const;

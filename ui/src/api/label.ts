@@ -10,8 +10,15 @@ export function replyLabel(s: Settings): string {
     model: 'draft model',
     auto: 'draft model + copies',
   };
+  const seed = s.mode !== 'greedy' && s.seed != null ? ` · seed ${s.seed}` : '';
+  if (s.remote) return `remote ${s.remote.model} @ ${remoteHost(s.remote.base_url)} · ${s.mode}${seed}`;
   const drafter = drafters[s.drafter];
   const k = s.drafter === 'none' ? '' : ` · k ${s.k}`;
-  const seed = s.mode !== 'greedy' && s.seed != null ? ` · seed ${s.seed}` : '';
   return `${drafter}${k} · ${s.mode}${seed}`;
+}
+
+/** The host (and port) a connection's URL names: "gpu-box:8080" (`RemoteTarget::host`). */
+export function remoteHost(baseUrl: string): string {
+  const rest = baseUrl.includes('://') ? baseUrl.slice(baseUrl.indexOf('://') + 3) : baseUrl;
+  return rest.split('/')[0];
 }

@@ -12,6 +12,8 @@ import type {
   Conversation,
   ConversationSummary,
   CatalogueEntry,
+  Connection,
+  ConnectionCheck,
   RecommendedPair,
   Diagnosis,
   EngineStatus,
@@ -62,6 +64,18 @@ class TauriLibrary implements Library {
   }
   diagnose(target: string, draft: string): Promise<Diagnosis> {
     return call(commands.diagnose(target, draft));
+  }
+  connections(): Promise<Connection[]> {
+    return call(commands.listConnections());
+  }
+  addConnection(baseUrl: string, apiKey: string | null): Promise<ConnectionCheck> {
+    return call(commands.addConnection(baseUrl, apiKey));
+  }
+  checkConnection(baseUrl: string): Promise<ConnectionCheck> {
+    return call(commands.checkConnection(baseUrl));
+  }
+  removeConnection(baseUrl: string): Promise<void> {
+    return run(commands.removeConnection(baseUrl));
   }
 }
 

@@ -6,6 +6,8 @@
 import type {
   AppSettings,
   CatalogueEntry,
+  Connection,
+  ConnectionCheck,
   Diagnosis,
   DrafterKind,
   EngineStatus,
@@ -23,6 +25,10 @@ import { DEFAULT_CONTEXT, DEFAULT_MAX_TOKENS, ERROR_CODES } from './bindings';
 export type {
   Alternative,
   CatalogueEntry,
+  Connection,
+  ConnectionCheck,
+  RemoteKind,
+  RemoteTarget,
   Conversation,
   ConversationSummary,
   Diagnosis,
@@ -62,6 +68,7 @@ export const DEFAULT_SETTINGS: Settings = {
   max_tokens: DEFAULT_MAX_TOKENS,
   context: DEFAULT_CONTEXT,
   device: 'auto',
+  remote: null,
 };
 
 /** Codes only the browser transport gives: a server that wants a key, a stream cut short, and
@@ -132,6 +139,12 @@ export interface Library {
   addModel(path: string): Promise<ModelEntry>;
   pull(repo: string, file: string, onEvent: (event: PullEvent) => void): Promise<PullHandle>;
   diagnose(target: string, draft: string): Promise<Diagnosis>;
+  /** Remote engines (OpenAI-compatible servers) the user connected to. */
+  connections(): Promise<Connection[]>;
+  /** Check a remote and remember it (with its key) when it answers; the check says either way. */
+  addConnection(baseUrl: string, apiKey: string | null): Promise<ConnectionCheck>;
+  checkConnection(baseUrl: string): Promise<ConnectionCheck>;
+  removeConnection(baseUrl: string): Promise<void>;
 }
 
 /** The figures a reply ends with (re-exported for the speed panel). */

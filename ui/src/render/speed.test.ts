@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { GenerationStats, SpeculativeStats } from '../api/types';
-import { liveFigures, sparkline, summarize, thin, whyNotFaster } from './speed';
+import { liveFigures, sparkline, summarize, summarizeRemote, thin, whyNotFaster } from './speed';
 
 const spec = (over: Partial<SpeculativeStats>): SpeculativeStats => ({
   drafter: 'model',
@@ -29,6 +29,31 @@ const stats = (speculative?: SpeculativeStats, generated = 100): GenerationStats
   decode_ms: 7000,
   tokens_per_second: 14.3,
   speculative,
+});
+
+describe('a remote reply\'s summary', () => {
+  it('gives the rate measured here and only the figures the remote reported', () => {
+    expect(summarizeRemote(stats())).toBe('14.3 tok/s measured here · the remote reports no drafting');
+    // llama-server: draft counts, no timing of its own.
+    const llama = spec({ drafter: 'llama.cpp draft', speedup_vs_plain: null, k_min: 0, k_max: 0, drafted: 40, accepted: 30, acceptance_rate: 0.75 });
+    expect(summarizeRemote(stats(llama))).toBe("14.3 tok/s measured here · 75% of the remote's drafts accepted");
+    // Another Specula: its own speedup too.
+    expect(summarizeRemote(stats(spec({})))).toBe("14.3 tok/s measured here · 1.40x faster than plain by the remote's timing · 74% of the remote's drafts accepted");
+  });
+});
+
+describe('a remote reply\'s live figures', () => {
+  it('show the rate and nothing the remote did not report', () => {
+    const step = { k: 0, accepted: 0, generated: 9, tokens_per_second: 31.2, speedup_vs_plain: null, plain_ms_per_token: null, plain_steps: 0, acceptance_rate: null };
+    expect(liveFigures(step, true, true)).toEqual({
+      tokensPerSecond: '31.2 tok/s',
+      speedup: '–',
+      acceptance: '–',
+      k: '–',
+      against: 'the remote reports no timing of plain decoding',
+    });
+    expect(liveFigures({ ...step, k: 4, speedup_vs_plain: 1.3, acceptance_rate: 0.8 }, true, true).speedup).toBe('1.30x');
+  });
 });
 
 describe('speed summary', () => {

@@ -20,13 +20,26 @@ const MIN_PLAIN_STEPS = 3;
 
 /** The panel's figures after `step`; `drafting` is false when the reply has no drafter, whose
  *  speedup over plain decoding would be a comparison with itself. */
-export function liveFigures(step: StepEvent, drafting = true): LiveFigures {
+export function liveFigures(step: StepEvent, drafting = true, remote = false): LiveFigures {
+  if (remote) return remoteFigures(step);
   return {
     tokensPerSecond: `${step.tokens_per_second.toFixed(1)} tok/s`,
     speedup: !drafting ? '–' : step.speedup_vs_plain == null ? '…' : times(step.speedup_vs_plain),
     acceptance: step.acceptance_rate == null ? '–' : pct(step.acceptance_rate),
     k: step.k === 0 ? 'plain' : String(step.k),
     against: against(step, drafting),
+  };
+}
+
+/** A remote's figures: the rate measured here; speedup, acceptance and k only as the remote
+ *  reports them (another Specula, each step; llama.cpp, acceptance at the end), else a dash. */
+function remoteFigures(step: StepEvent): LiveFigures {
+  return {
+    tokensPerSecond: `${step.tokens_per_second.toFixed(1)} tok/s`,
+    speedup: step.speedup_vs_plain == null ? '–' : times(step.speedup_vs_plain),
+    acceptance: step.acceptance_rate == null ? '–' : pct(step.acceptance_rate),
+    k: step.k === 0 ? '–' : String(step.k),
+    against: step.speedup_vs_plain == null ? 'the remote reports no timing of plain decoding' : "the remote's own timing of plain decoding",
   };
 }
 
@@ -50,6 +63,18 @@ export function summarize(stats: GenerationStats, kSetting: number | 'auto' = 'a
   if (speedup == null) return `${rate} · ${accepted} · ${k} · too short to time plain decoding`;
   if (speedup >= 1) return `${times(speedup)} faster than plain · ${accepted} · ${k}`;
   return `${times(speedup)} of plain · ${accepted} · ${k} · ${whyNotFaster(stats)}`;
+}
+
+/** A remote engine's reply: the rate measured here, and speculative figures only as far as
+ *  the remote reports them ("41.0 tok/s measured here · 72% of the remote's drafts accepted"). */
+export function summarizeRemote(stats: GenerationStats): string {
+  const parts = [`${stats.tokens_per_second.toFixed(1)} tok/s measured here`];
+  const spec = stats.speculative;
+  const speedup = spec?.speedup_vs_plain;
+  if (speedup != null) parts.push(`${times(speedup)} ${speedup >= 1 ? 'faster than' : 'of'} plain by the remote's timing`);
+  if (spec && spec.drafted > 0) parts.push(`${pct(spec.acceptance_rate)} of the remote's drafts accepted`);
+  if (!spec) parts.push('the remote reports no drafting');
+  return parts.join(' · ');
 }
 
 function kRange(min: number, max: number, setting: number | 'auto'): string {

@@ -1,0 +1,114 @@
+//! `generate` and `chat` against a remote engine (`--remote URL`): any server that speaks the
+//! OpenAI API. The reply prints as a local one does, coloured by provenance where the remote
+//! reports it (another `specula serve`); any failure is one `error:` line and exit status 2.
+
+use crate::run::{options, print_stats, read_file, CliResult, Printer};
+use crate::{ModelArgs, SamplingArgs};
+use clap::Args;
+use specula_engine::{Flow, Generation, Message, TokenSink};
+use specula_remote::{Remote, RemoteEvent, RemoteTicket};
+use std::io::{BufRead, IsTerminal};
+use std::path::PathBuf;
+
+#[derive(Args, Clone, Default)]
+pub struct RemoteArgs {
+    /// Chat with a remote engine (an OpenAI-compatible base URL, e.g. http://gpu-box:8080)
+    /// instead of a local model; --model then names the remote's model id.
+    #[arg(long)]
+    pub remote: Option<String>,
+    /// The remote's API key, read from this file (its first line).
+    #[arg(long, requires = "remote")]
+    pub api_key_file: Option<PathBuf>,
+}
+
+impl RemoteArgs {
+    /// The remote to talk to, or `None` for a local model. Local-only options are refused
+    /// with the reason: a remote drafts, or not, as it was started.
+    pub fn open(&self, model: &ModelArgs) -> Result<Option<(Remote, String)>, String> {
+        let Some(url) = &self.remote else { return Ok(None) };
+        if model.draft.is_some() || model.drafter.is_some() || model.draft_vocab.is_some() {
+            return Err("--draft, --drafter and --draft-vocab are the remote's own: start it with its draft".into());
+        }
+        let key = match &self.api_key_file {
+            Some(path) => Some(read_file(path)?.lines().next().unwrap_or_default().trim().to_string()),
+            None => None,
+        };
+        let remote = Remote::new(url, key).map_err(|e| e.to_string())?;
+        Ok(Some((remote, model.model.to_string_lossy().into_owned())))
+    }
+}
+
+/// One reply from the remote, streamed to stdout (or as JSON at the end).
+pub fn generate(remote: &Remote, model: &str, messages: &[Message], sampling: &SamplingArgs, json: bool) -> CliResult {
+    let ticket = remote.chat(model, messages, &options(sampling));
+    let generation = if json { print_reply(&ticket, None) } else { print_reply(&ticket, Some(&mut Printer::new())) };
+    if !json {
+        println!();
+    }
+    let generation = generation?;
+    if json {
+        println!("{}", serde_json::to_string(&generation).map_err(|e| e.to_string())?);
+    }
+    print_stats(&generation);
+    Ok(())
+}
+
+/// A terminal chat with the remote; a failed turn is reported and dropped, the chat goes on.
+pub fn chat(remote: &Remote, model: &str, system: Option<&str>, sampling: &SamplingArgs) -> CliResult {
+    let options = options(sampling);
+    let mut messages: Vec<Message> = system.map(Message::system).into_iter().collect();
+    let stdin = std::io::stdin();
+    let interactive = stdin.is_terminal();
+    if interactive {
+        eprintln!("Chatting with {model} at {}. Empty line or Ctrl-D to quit.", remote.base_url());
+    }
+    loop {
+        if interactive {
+            eprint!("> ");
+        }
+        let mut line = String::new();
+        if stdin.lock().read_line(&mut line).map_err(|e| e.to_string())? == 0 || line.trim().is_empty() {
+            return Ok(());
+        }
+        messages.push(Message::user(line.trim_end()));
+        let reply = print_reply(&remote.chat(model, &messages, &options), Some(&mut Printer::new()));
+        println!();
+        match reply {
+            Ok(generation) => {
+                print_stats(&generation);
+                messages.push(Message::assistant(generation.text));
+            }
+            Err(e) => {
+                messages.pop();
+                eprintln!("error: {e}");
+            }
+        }
+    }
+}
+
+/// The reply's tokens printed as they come (when there is a printer); the reply, or why
+/// there is none, at the end.
+fn print_reply(ticket: &RemoteTicket, mut printer: Option<&mut Printer>) -> Result<Generation, String> {
+    let mut tokens = Vec::new();
+    while let Some(event) = ticket.recv() {
+        match event {
+            RemoteEvent::Token(token) => {
+                if printer.as_mut().is_some_and(|p| p.on_token(&token) == Flow::Stop) {
+                    ticket.cancel();
+                }
+                tokens.push(token);
+            }
+            RemoteEvent::Step(_) => {}
+            RemoteEvent::Done(reply) => {
+                return Ok(Generation {
+                    text: reply.text,
+                    tokens,
+                    finish_reason: reply.finish_reason,
+                    stats: reply.stats,
+                })
+            }
+            RemoteEvent::Failed(error) => return Err(error.to_string()),
+        }
+    }
+    Err("the remote reply ended without an outcome".into())
+}

@@ -1,0 +1,109 @@
+//! One chunk of an OpenAI chat stream, as far as any engine fills it: the text delta and
+//! finish reason of the first choice, the usage, llama.cpp's `timings` (with its draft
+//! counts) and Specula's own extension (tokens with provenance, step figures, stats).
+
+use serde::Deserialize;
+use specula_protocol::{FinishReason, GenerationStats, StepEvent, TokenEvent};
+
+#[derive(Debug, Default, Deserialize)]
+pub struct Chunk {
+    #[serde(default)]
+    pub choices: Vec<Choice>,
+    pub usage: Option<Usage>,
+    pub timings: Option<Timings>,
+    pub specula: Option<Extension>,
+    /// An error sent inside the stream (llama.cpp, vLLM and Specula do this after a 200).
+    pub error: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct Choice {
+    #[serde(default)]
+    pub delta: Delta,
+    pub finish_reason: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct Delta {
+    pub content: Option<String>,
+}
+
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+pub struct Usage {
+    #[serde(default)]
+    pub prompt_tokens: usize,
+    #[serde(default)]
+    pub completion_tokens: usize,
+}
+
+/// llama-server's per-reply timings; `draft_n` and `draft_n_accepted` only when it drafts.
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+pub struct Timings {
+    #[serde(default)]
+    pub prompt_n: usize,
+    #[serde(default)]
+    pub cache_n: usize,
+    #[serde(default)]
+    pub predicted_n: usize,
+    pub draft_n: Option<usize>,
+    pub draft_n_accepted: Option<usize>,
+}
+
+/// `specula serve`'s extension to each chunk (specula-server's `api::Extension`).
+#[derive(Debug, Default, Deserialize)]
+pub struct Extension {
+    #[serde(default)]
+    pub tokens: Vec<TokenEvent>,
+    pub step: Option<StepEvent>,
+    pub stats: Option<GenerationStats>,
+}
+
+/// OpenAI's finish reasons as the engine names them; anything else (`tool_calls`,
+/// `content_filter`) ended the turn.
+pub fn finish_reason(name: &str) -> FinishReason {
+    match name {
+        "length" => FinishReason::MaxTokens,
+        "cancelled" => FinishReason::Cancelled,
+        _ => FinishReason::EndOfTurn,
+    }
+}
+
+/// The message of an error body in OpenAI's shape (`{"error":{"message":..}}`), or of a bare
+/// `{"error":"..."}`, or `None`.
+pub fn error_message(error: &serde_json::Value) -> Option<String> {
+    let message = error.get("message").unwrap_or(error);
+    message.as_str().map(|m| m.chars().take(500).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn llama_cpp_timings_and_specula_tokens_are_read() {
+        let llama: Chunk = serde_json::from_str(
+            r#"{"choices":[{"finish_reason":"stop","index":0,"delta":{}}],"created":1,"model":"m",
+            "object":"chat.completion.chunk","usage":{"completion_tokens":32,"prompt_tokens":12,"total_tokens":44},
+            "timings":{"cache_n":0,"prompt_n":12,"prompt_ms":80.1,"predicted_n":32,"predicted_ms":700.0,
+            "draft_n":40,"draft_n_accepted":25}}"#,
+        )
+        .unwrap();
+        assert_eq!(llama.timings.unwrap().draft_n_accepted, Some(25));
+        assert_eq!(finish_reason(llama.choices[0].finish_reason.as_deref().unwrap()), FinishReason::EndOfTurn);
+        let specula: Chunk = serde_json::from_str(
+            r#"{"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}],
+            "specula":{"tokens":[{"id":17,"text":"Hi","source":"accepted","p":0.9,"q":0.8}]}}"#,
+        )
+        .unwrap();
+        let ext = specula.specula.unwrap();
+        assert_eq!(ext.tokens[0].source, specula_protocol::Source::Accepted);
+        assert_eq!(specula.choices[0].delta.content.as_deref(), Some("Hi"));
+    }
+
+    #[test]
+    fn error_bodies_give_their_message() {
+        let v: serde_json::Value = serde_json::from_str(r#"{"error":{"message":"no such model","code":404}}"#).unwrap();
+        assert_eq!(error_message(&v["error"]).as_deref(), Some("no such model"));
+        assert_eq!(error_message(&serde_json::json!("boom")).as_deref(), Some("boom"));
+    }
+}

@@ -1,0 +1,190 @@
+//! Reading one streamed reply: chunks become token and step events, the last ones the
+//! reply's statistics. Every way a remote can misbehave ends in one `Failed` event with the
+//! tokens already sent kept as the partial reply.
+
+use crate::chunk::{self, Chunk, Extension, Timings, Usage};
+use crate::sse::{Line, SseError, SseReader};
+use crate::ticket::{Outlet, RemoteEvent, RemoteReply};
+use crate::{bad, Limits};
+use specula_protocol::{
+    ErrorCode, ErrorInfo, FinishReason, RemoteKind, Source, SpeculativeStats, StepEvent, TokenEvent,
+};
+use std::io::Read;
+
+/// What the chunks said beyond their tokens, gathered for the reply's end.
+#[derive(Default)]
+struct Ending {
+    finish: Option<FinishReason>,
+    usage: Option<Usage>,
+    timings: Option<Timings>,
+    remote_stats: Option<specula_protocol::GenerationStats>,
+    kind: Option<RemoteKind>,
+    done: bool,
+}
+
+pub(crate) fn read_reply(outlet: &Outlet, body: impl Read, limits: &Limits, max_tokens: usize) {
+    let outcome = read_chunks(outlet, body, limits, max_tokens);
+    if outlet.is_cancelled() {
+        return;
+    }
+    match outcome {
+        Ok(ending) => outlet.end(RemoteEvent::Done(reply(outlet, ending))),
+        Err(error) => outlet.end(RemoteEvent::Failed(error)),
+    }
+}
+
+fn read_chunks(outlet: &Outlet, body: impl Read, limits: &Limits, max_tokens: usize) -> Result<Ending, ErrorInfo> {
+    let mut sse = SseReader::new(body, limits.max_line, limits.max_body);
+    let mut ending = Ending::default();
+    // A remote may send a few chunks per token (Specula's step figures, role and usage
+    // chunks), never many more than it was asked for: past this the stream is endless.
+    let max_chunks = max_tokens.saturating_mul(3).saturating_add(64);
+    let mut chunks = 0usize;
+    let mut saw_data = false;
+    while let Some(line) = sse.next_line().map_err(stream_error)? {
+        if outlet.is_cancelled() {
+            return Ok(ending);
+        }
+        let Line::Data(data) = line else { continue };
+        saw_data = true;
+        if data.trim() == "[DONE]" {
+            ending.done = true;
+            break;
+        }
+        chunks += 1;
+        if chunks > max_chunks {
+            return Err(bad(format!("the remote kept streaming past the {max_tokens} tokens asked for; stopped")));
+        }
+        let chunk: Chunk = serde_json::from_str(&data)
+            .map_err(|_| bad(format!("the remote sent a chunk that is not OpenAI JSON: {}", preview(&data))))?;
+        take_chunk(outlet, chunk, &mut ending)?;
+    }
+    if !saw_data {
+        return Err(bad("the remote's answer is not an event stream (is the URL an OpenAI API?)".into()));
+    }
+    if !ending.done && ending.finish.is_none() {
+        return Err(ErrorInfo::new(ErrorCode::Unreachable, "the remote closed the stream before the reply ended"));
+    }
+    Ok(ending)
+}
+
+fn take_chunk(outlet: &Outlet, chunk: Chunk, ending: &mut Ending) -> Result<(), ErrorInfo> {
+    if let Some(error) = &chunk.error {
+        let message = chunk::error_message(error).unwrap_or_else(|| preview(&error.to_string()));
+        return Err(ErrorInfo::new(ErrorCode::RemoteError, format!("the remote failed: {message}")));
+    }
+    ending.usage = chunk.usage.or(ending.usage);
+    if chunk.timings.is_some() {
+        ending.timings = chunk.timings;
+        ending.kind.get_or_insert(RemoteKind::LlamaCpp);
+    }
+    let choice = chunk.choices.into_iter().next().unwrap_or_default();
+    match chunk.specula {
+        Some(extension) => {
+            ending.kind = Some(RemoteKind::Specula);
+            take_extension(outlet, extension, ending);
+        }
+        None => take_text(outlet, choice.delta.content.unwrap_or_default()),
+    }
+    if let Some(name) = choice.finish_reason {
+        ending.finish = Some(chunk::finish_reason(&name));
+    }
+    Ok(())
+}
+
+/// A Specula remote: its tokens with their provenance, and its step figures with the rate
+/// measured here.
+fn take_extension(outlet: &Outlet, extension: Extension, ending: &mut Ending) {
+    for token in extension.tokens {
+        outlet.tally().add(&token.text);
+        outlet.send(RemoteEvent::Token(token));
+    }
+    if let Some(mut step) = extension.step {
+        step.tokens_per_second = outlet.tally().tokens_per_second();
+        outlet.send(RemoteEvent::Step(step));
+    }
+    if extension.stats.is_some() {
+        ending.remote_stats = extension.stats;
+    }
+}
+
+/// Any other remote: each text delta is one token of unknown id, decoded as far as the
+/// client can tell by the target alone.
+fn take_text(outlet: &Outlet, text: String) {
+    if text.is_empty() {
+        return;
+    }
+    let (generated, rate) = {
+        let mut tally = outlet.tally();
+        tally.add(&text);
+        (tally.tokens, tally.tokens_per_second())
+    };
+    let token = TokenEvent { id: 0, text, source: Source::Target, p: None, q: None, alternatives: Vec::new() };
+    outlet.send(RemoteEvent::Token(token));
+    outlet.send(RemoteEvent::Step(StepEvent {
+        k: 0,
+        accepted: 0,
+        generated,
+        tokens_per_second: rate,
+        speedup_vs_plain: None,
+        plain_ms_per_token: None,
+        plain_steps: 0,
+        acceptance_rate: None,
+    }));
+}
+
+/// The reply's statistics: rates and times measured here; token counts and speculative
+/// figures as the remote reports them, and none where it reports none.
+fn reply(outlet: &Outlet, ending: Ending) -> RemoteReply {
+    let tally = outlet.tally();
+    let mut stats = tally.stats();
+    if let Some(remote) = ending.remote_stats {
+        stats.prompt_tokens = remote.prompt_tokens;
+        stats.cached_prompt_tokens = remote.cached_prompt_tokens;
+        stats.speculative = remote.speculative;
+    }
+    if let Some(timings) = ending.timings {
+        stats.prompt_tokens = timings.prompt_n + timings.cache_n;
+        stats.cached_prompt_tokens = timings.cache_n;
+        stats.speculative = llama_cpp_drafts(&timings);
+    }
+    if let Some(timings) = ending.timings.filter(|t| t.predicted_n > 0) {
+        stats.generated_tokens = timings.predicted_n.max(tally.tokens);
+    }
+    if let Some(usage) = ending.usage {
+        stats.prompt_tokens = usage.prompt_tokens;
+        stats.generated_tokens = usage.completion_tokens.max(tally.tokens);
+    }
+    RemoteReply { text: tally.text.clone(), finish_reason: ending.finish.unwrap_or(FinishReason::EndOfTurn), stats }
+}
+
+/// llama-server's draft counts (`-md`, or its n-gram drafters) as the panel's acceptance.
+fn llama_cpp_drafts(timings: &Timings) -> Option<SpeculativeStats> {
+    let drafted = timings.draft_n.filter(|&n| n > 0)?;
+    let accepted = timings.draft_n_accepted.unwrap_or(0);
+    Some(SpeculativeStats {
+        drafter: "llama.cpp draft".into(),
+        drafted,
+        accepted,
+        acceptance_rate: accepted as f64 / drafted as f64,
+        ..Default::default()
+    })
+}
+
+fn stream_error(e: SseError) -> ErrorInfo {
+    match e {
+        SseError::LineTooLong(n) => bad(format!("the remote sent a line over {} KiB; stopped reading", n / 1024)),
+        SseError::BodyTooLarge(n) => bad(format!("the remote's reply passed {} MiB; stopped reading", n >> 20)),
+        SseError::NotUtf8 => bad("the remote sent bytes that are not UTF-8 text".into()),
+        SseError::Io(e) => crate::io_error(&e),
+    }
+}
+
+/// The start of a payload, for an error message (never the whole of a hostile one).
+pub(crate) fn preview(text: &str) -> String {
+    let mut short: String = text.chars().take(80).collect();
+    if short.len() < text.len() {
+        short.push('…');
+    }
+    short
+}

@@ -1,0 +1,173 @@
+//! A remote reply in flight: its events arrive over a channel from the thread that reads the
+//! stream, and Stop ends it at once, whatever the remote is doing.
+
+use specula_protocol::{ErrorInfo, FinishReason, GenerationStats, StepEvent, TokenEvent};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// What a remote reply streams.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RemoteEvent {
+    Token(TokenEvent),
+    /// Live figures: the remote's own (a Specula remote) or the client's, with the rate always
+    /// measured here.
+    Step(StepEvent),
+    /// The last event of a reply that ended, stopped or not.
+    Done(RemoteReply),
+    /// The last event of a reply that failed; the tokens before it are the partial reply.
+    Failed(ErrorInfo),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RemoteReply {
+    pub text: String,
+    pub finish_reason: FinishReason,
+    pub stats: GenerationStats,
+}
+
+/// What the client saw of a reply so far: the figures it can vouch for.
+#[derive(Debug)]
+pub(crate) struct Tally {
+    pub started: Instant,
+    pub first_token: Option<Instant>,
+    pub last_token: Option<Instant>,
+    pub tokens: usize,
+    pub text: String,
+}
+
+impl Tally {
+    fn new() -> Self {
+        Self { started: Instant::now(), first_token: None, last_token: None, tokens: 0, text: String::new() }
+    }
+
+    pub fn add(&mut self, text: &str) {
+        let now = Instant::now();
+        self.first_token.get_or_insert(now);
+        self.last_token = Some(now);
+        self.tokens += 1;
+        self.text.push_str(text);
+    }
+
+    /// Tokens a second from the first token to the last, as the engine counts its decode rate.
+    pub fn tokens_per_second(&self) -> f64 {
+        let decode = self.decode_time().as_secs_f64();
+        if self.tokens < 2 || decode <= 0.0 {
+            return 0.0;
+        }
+        (self.tokens - 1) as f64 / decode
+    }
+
+    fn decode_time(&self) -> Duration {
+        match (self.first_token, self.last_token) {
+            (Some(first), Some(last)) => last - first,
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// The client's figures: time to the first token as prefill, the rest as decoding.
+    pub fn stats(&self) -> GenerationStats {
+        let to_first = self.first_token.map_or(self.started.elapsed(), |t| t - self.started);
+        GenerationStats {
+            generated_tokens: self.tokens,
+            prefill_ms: to_first.as_secs_f64() * 1e3,
+            decode_ms: self.decode_time().as_secs_f64() * 1e3,
+            tokens_per_second: self.tokens_per_second(),
+            ..Default::default()
+        }
+    }
+}
+
+/// Shared by the ticket and the reading thread: exactly one of them ends the reply.
+pub(crate) struct Outlet {
+    sender: Mutex<Option<flume::Sender<RemoteEvent>>>,
+    cancelled: AtomicBool,
+    tally: Mutex<Tally>,
+}
+
+impl Outlet {
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Relaxed)
+    }
+
+    /// Send an event of a reply still running; false once it has ended.
+    pub fn send(&self, event: RemoteEvent) -> bool {
+        let sender = self.sender.lock().unwrap_or_else(|e| e.into_inner());
+        sender.as_ref().is_some_and(|s| s.send(event).is_ok())
+    }
+
+    /// End the reply with this event, unless it has ended already.
+    pub fn end(&self, event: RemoteEvent) {
+        if let Some(sender) = self.sender.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = sender.send(event);
+        }
+    }
+
+    pub fn tally(&self) -> std::sync::MutexGuard<'_, Tally> {
+        self.tally.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A remote reply: read its events, stop it at any time.
+pub struct RemoteTicket {
+    events: flume::Receiver<RemoteEvent>,
+    outlet: Arc<Outlet>,
+}
+
+impl RemoteTicket {
+    pub(crate) fn new() -> (Self, Arc<Outlet>) {
+        let (sender, events) = flume::unbounded();
+        let outlet = Arc::new(Outlet {
+            sender: Mutex::new(Some(sender)),
+            cancelled: AtomicBool::new(false),
+            tally: Mutex::new(Tally::new()),
+        });
+        (Self { events, outlet: outlet.clone() }, outlet)
+    }
+
+    /// Stop the reply now: it ends with what has arrived, marked cancelled, and the stream is
+    /// closed as soon as its reading thread wakes (at the next chunk, or its idle timeout).
+    pub fn cancel(&self) {
+        self.canceller().cancel();
+    }
+
+    /// A handle that stops this reply from elsewhere (the Stop button's thread).
+    pub fn canceller(&self) -> Canceller {
+        Canceller(self.outlet.clone())
+    }
+
+    /// The next event, waiting for it; `None` after the last.
+    pub fn recv(&self) -> Option<RemoteEvent> {
+        self.events.recv().ok()
+    }
+
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<RemoteEvent, flume::RecvTimeoutError> {
+        self.events.recv_timeout(timeout)
+    }
+
+    /// Wait for the end: the reply, or why there is none.
+    pub fn wait(self) -> Result<RemoteReply, ErrorInfo> {
+        while let Some(event) = self.recv() {
+            match event {
+                RemoteEvent::Done(reply) => return Ok(reply),
+                RemoteEvent::Failed(error) => return Err(error),
+                _ => {}
+            }
+        }
+        Err(ErrorInfo::internal("the remote reply ended without an outcome"))
+    }
+}
+
+#[derive(Clone)]
+pub struct Canceller(Arc<Outlet>);
+
+impl Canceller {
+    pub fn cancel(&self) {
+        self.0.cancelled.store(true, Ordering::Relaxed);
+        let (text, stats) = {
+            let tally = self.0.tally();
+            (tally.text.clone(), tally.stats())
+        };
+        self.0.end(RemoteEvent::Done(RemoteReply { text, finish_reason: FinishReason::Cancelled, stats }));
+    }
+}
