@@ -14,6 +14,15 @@ the table with the ratios. llama.cpp is built by scripts/llama-cpp.sh (about 10 
     scripts/bench-vs-llama.py [--limit 5] [--rounds 3] [--out bench/vs-llama.json]
     scripts/bench-vs-llama.py --speed-only --rounds 2     # step 1 alone -> bench/speed-vs-llama.json
     scripts/bench-vs-llama.py --prompts-only --limit 5     # step 2 alone -> bench/vs-llama.json
+    scripts/bench-vs-llama.py --drafters --limit 3 --rounds 3  # drafters -> bench/drafters-vs-llama.json
+
+--drafters: every set (code, prose, edit and the multi-turn revision set), greedy, per prompt
+in turn: Specula plain and auto (`specula generate --drafter none` and `--drafter auto`: the
+draft model, with free copies where the reply repeats its context), and llama.cpp's best
+draftless and draft modes, each a `llama-server` started once for the run: `--spec-type
+ngram-mod` (a rolling-hash n-gram pool shared across requests) and `-md DRAFT --spec-type
+draft-simple`. Rates are decode rates (llama-server's `timings.predicted_per_second`, Specula's
+tokens over decode time); the ratios are over Specula's plain rate in the same round.
 """
 import argparse
 import json
@@ -82,9 +91,88 @@ def speed_rounds(specula, bin_dir, rounds):
     return rows
 
 
-def chatml(user):
+def chatml(user, history=()):
     system = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
-    return f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
+    turns = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in history)
+    return f"<|im_start|>system\n{system}<|im_end|>\n{turns}<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
+
+
+class LlamaServer:
+    """A llama-server on a free port, for one speculative mode; raw prompts via /completion."""
+
+    def __init__(self, bin_dir, *mode):
+        import socket
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.process = subprocess.Popen([str(bin_dir / "llama-server"), "-m", str(TARGET), "-t", THREADS, "-c", "4096",
+                                         "--port", str(self.port), *map(str, mode)],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(600):
+            try:
+                self.complete("Hi", 1)
+                return
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError(f"llama-server {mode} did not start")
+
+    def complete(self, prompt, tokens):
+        import urllib.request
+        body = json.dumps({"prompt": prompt, "n_predict": tokens, "temperature": 0, "cache_prompt": False}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}/completion", body, {"content-type": "application/json"})
+        with urllib.request.urlopen(req, timeout=600) as r:
+            return json.loads(r.read())
+
+    def rate(self, prompt, tokens):
+        """Decode rate and acceptance of one greedy reply."""
+        t = self.complete(prompt, tokens)["timings"]
+        accept = t["draft_n_accepted"] / t["draft_n"] if t.get("draft_n") else None
+        return t["predicted_per_second"], accept
+
+    def close(self):
+        self.process.kill()
+        self.process.wait()
+
+
+def drafters_run(specula, bin_dir, limit, rounds, tokens):
+    """Specula plain and auto beside llama-server's ngram-mod and draft modes, prompt by prompt."""
+    servers = {"llama_ngram_mod": LlamaServer(bin_dir, "--spec-type", "ngram-mod"),
+               "llama_draft": LlamaServer(bin_dir, "-md", DRAFT, "--spec-type", "draft-simple", "--spec-draft-n-max", "16",
+                                          "--spec-draft-p-min", "0.75")}
+    prompts = json.loads((ROOT / "crates/cli/prompts/bench.json").read_text())
+    taken, rows = {}, []
+    try:
+        for r in range(rounds):
+            taken.clear()
+            for p in prompts:
+                taken[p["kind"]] = taken.get(p["kind"], 0) + 1
+                if taken[p["kind"]] > limit:
+                    continue
+                text = chatml(p["prompt"], p.get("history", []))
+                prompt_file = TARGET_DIR / "bench-prompt.txt"
+                prompt_file.write_text(text)
+                row = {"round": r + 1, "kind": p["kind"], "prompt": p["prompt"][:60]}
+                plain, plain_ids, _ = specula_generate(specula, prompt_file, tokens, "--drafter", "none")
+                auto, auto_ids, auto_accept = specula_generate(specula, prompt_file, tokens, "--drafter", "auto", "--k", "auto")
+                row.update(specula_plain=plain, specula_auto=auto, specula_auto_accept=auto_accept, identical=plain_ids == auto_ids)
+                for name, server in servers.items():
+                    row[name], row[f"{name}_accept"] = server.rate(text, tokens)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    finally:
+        for server in servers.values():
+            server.close()
+    summary = {}
+    for kind in dict.fromkeys(r["kind"] for r in rows):
+        mine = [r for r in rows if r["kind"] == kind]
+        ratio = lambda key: statistics.median(r[key] / r["specula_plain"] for r in mine if r.get(key))
+        summary[kind] = {"auto_vs_plain": ratio("specula_auto"), "llama_ngram_mod_vs_plain": ratio("llama_ngram_mod"),
+                         "llama_draft_vs_plain": ratio("llama_draft"),
+                         "auto_vs_llama_best": statistics.median(
+                             r["specula_auto"] / max(r["llama_ngram_mod"], r["llama_draft"]) for r in mine),
+                         "identical": f"{sum(r['identical'] for r in mine)}/{len(mine)}",
+                         "min_auto_vs_plain": min(r["specula_auto"] / r["specula_plain"] for r in mine)}
+    return rows, summary
 
 
 def llama_plain(bin_dir, prompt, tokens):
@@ -119,13 +207,25 @@ def main():
     ap.add_argument("--out", default=str(ROOT / "bench" / "vs-llama.json"))
     ap.add_argument("--speed-only", action="store_true",
                     help="only llama-bench against specula speed, written to bench/speed-vs-llama.json")
+    ap.add_argument("--drafters", action="store_true",
+                    help="Specula plain and auto beside llama-server's ngram-mod and draft modes on every set, "
+                         "written to bench/drafters-vs-llama.json")
     ap.add_argument("--prompts-only", action="store_true",
                     help="only the bench prompts, plain and speculative (step 2), written to --out")
     args = ap.parse_args()
 
-    bin_dir = Path(run([ROOT / "scripts" / "llama-cpp.sh"]).stdout.strip())
+    bin_dir = Path(run([ROOT / "scripts" / "llama-cpp.sh"] + (["--server"] if args.drafters else [])).stdout.strip())
     run(["cargo", "build", "--quiet", "--release", "-p", "specula-cli"], cwd=ROOT)
     specula = TARGET_DIR / "release" / "specula"
+    if args.drafters:
+        rows, summary = drafters_run(specula, bin_dir, args.limit, args.rounds, args.tokens)
+        report = {"command": f"scripts/bench-vs-llama.py --drafters --limit {args.limit} --rounds {args.rounds} --tokens {args.tokens}",
+                  "cpu": cpu(), "date": time.strftime("%Y-%m-%d %H:%M"), "threads": int(THREADS), "tokens": args.tokens,
+                  "llama_cpp": "llama-cpp-python 0.3.36 sdist's vendored tree, scripts/llama-cpp.sh --server (Release, GGML_NATIVE)",
+                  "drafter_rows": rows, "summary": summary}
+        (ROOT / "bench" / "drafters-vs-llama.json").write_text(json.dumps(report, indent=2) + "\n")
+        print(json.dumps(summary, indent=2))
+        return 0
     if args.speed_only:
         report = {"command": f"scripts/bench-vs-llama.py --speed-only --rounds {args.rounds}", "cpu": cpu(),
                   "llama_cpp": "llama-cpp-python 0.3.36 sdist's vendored tree, scripts/llama-cpp.sh (Release, GGML_NATIVE)",

@@ -63,6 +63,15 @@ SECTIONS = {
         "with the app, so the app's own CPU can slow it, as it slows a local engine: a remote on another machine "
         "would fare no worse.",
     ),
+    "drafters-vs-llama.json": (
+        "Drafters beside llama.cpp's draftless and draft modes, on every set, in one run",
+        "scripts/bench-vs-llama.py --drafters --limit 3 --rounds 3   # per prompt, in turn: specula generate --drafter none, "
+        "specula generate --drafter auto --k auto, llama-server --spec-type ngram-mod, llama-server -md DRAFT "
+        "--spec-type draft-simple --spec-draft-n-max 16 --spec-draft-p-min 0.75",
+        "Greedy, the same ChatML prompt text (the revision set's earlier turns included) and GGUF files, 2 threads; decode "
+        "rates over Specula's plain rate in the same round, medians per set, and the lowest single reply. llama-server "
+        "keeps its ngram-mod pool across requests (its design); each `specula generate` starts with no history.",
+    ),
     "speed-vs-llama.json": (
         "Beside llama.cpp, in one run",
         "scripts/bench-vs-llama.py --speed-only --rounds 2   # llama-bench -m MODEL -p 512 -n 128 [-d 1500 -p 0] -t 2 -r 3 "
@@ -256,13 +265,24 @@ def remote_tables(data: dict) -> str:
     return table(header, rows) + f"\n\nCPU: {cpus}"
 
 
+def drafters_llama_table(data: dict) -> str:
+    x = lambda v: f"{v:.2f}x"
+    rows = [[kind, x(s["auto_vs_plain"]), x(s["min_auto_vs_plain"]), x(s["llama_ngram_mod_vs_plain"]), x(s["llama_draft_vs_plain"]),
+             x(s["auto_vs_llama_best"]), s["identical"]] for kind, s in data["summary"].items()]
+    header = ["set", "Specula auto / plain", "lowest reply", "llama ngram-mod / Specula plain", "llama draft / Specula plain",
+              "Specula auto / llama's best", "auto identical to plain"]
+    return table(header, rows)
+
+
 def render_file(path: Path) -> str:
     data = json.loads(path.read_text())
     title, command, about = SECTIONS.get(path.name, (path.stem, "(not recorded)", ""))
-    if path.name == "remote.json":
+    if path.name == "drafters-vs-llama.json":
+        body = drafters_llama_table(data)
+    elif path.name == "remote.json":
         head = [f"## {title}", f"`bench/{path.name}`"] + ([about] if about else []) + [f"    {command}"]
         return "\n\n".join(head + [remote_tables(data)])
-    if path.name == "app.json":
+    elif path.name == "app.json":
         body = app_tables(data)
     elif data.get("kind") == "history":
         body = history_table(data)

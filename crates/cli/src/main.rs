@@ -146,7 +146,7 @@ fn doctor_trial(args: &DoctorArgs) -> Result<specula_hub::doctor::Trial, String>
 /// Model, draft and device options shared by the commands that decode.
 #[derive(Args, Clone)]
 pub struct ModelArgs {
-    /// Target model (.gguf); with --remote, the remote's model id.
+    /// Target model (.gguf); for generate and chat with --remote, the remote's model id.
     #[arg(long)]
     pub model: PathBuf,
     /// Draft model (.gguf) with the target's vocabulary; enables speculative decoding.
