@@ -19,8 +19,8 @@ the table with the ratios. llama.cpp is built by scripts/llama-cpp.sh (about 10 
 --drafters: every set (code, prose, edit and the multi-turn revision set), greedy, per prompt
 in turn: Specula plain and auto (`specula generate --drafter none` and `--drafter auto`: the
 draft model, with free copies where the reply repeats its context), and llama.cpp's best
-draftless and draft modes, each a `llama-server` started once for the run: `--spec-type
-ngram-mod` (a rolling-hash n-gram pool shared across requests) and `-md DRAFT --spec-type
+draftless and draft modes, each a `llama-server` started once for the run (and one plain, for
+reference): `--spec-type ngram-mod` (a rolling-hash n-gram pool shared across requests) and `-md DRAFT --spec-type
 draft-simple`. Rates are decode rates (llama-server's `timings.predicted_per_second`, Specula's
 tokens over decode time); the ratios are over Specula's plain rate in the same round.
 """
@@ -136,7 +136,8 @@ class LlamaServer:
 
 def drafters_run(specula, bin_dir, limit, rounds, tokens):
     """Specula plain and auto beside llama-server's ngram-mod and draft modes, prompt by prompt."""
-    servers = {"llama_ngram_mod": LlamaServer(bin_dir, "--spec-type", "ngram-mod"),
+    servers = {"llama_plain": LlamaServer(bin_dir),
+               "llama_ngram_mod": LlamaServer(bin_dir, "--spec-type", "ngram-mod"),
                "llama_draft": LlamaServer(bin_dir, "-md", DRAFT, "--spec-type", "draft-simple", "--spec-draft-n-max", "16",
                                           "--spec-draft-p-min", "0.75")}
     prompts = json.loads((ROOT / "crates/cli/prompts/bench.json").read_text())
@@ -166,7 +167,8 @@ def drafters_run(specula, bin_dir, limit, rounds, tokens):
     for kind in dict.fromkeys(r["kind"] for r in rows):
         mine = [r for r in rows if r["kind"] == kind]
         ratio = lambda key: statistics.median(r[key] / r["specula_plain"] for r in mine if r.get(key))
-        summary[kind] = {"auto_vs_plain": ratio("specula_auto"), "llama_ngram_mod_vs_plain": ratio("llama_ngram_mod"),
+        summary[kind] = {"auto_vs_plain": ratio("specula_auto"), "llama_plain_vs_plain": ratio("llama_plain"),
+                         "llama_ngram_mod_vs_plain": ratio("llama_ngram_mod"),
                          "llama_draft_vs_plain": ratio("llama_draft"),
                          "auto_vs_llama_best": statistics.median(
                              r["specula_auto"] / max(r["llama_ngram_mod"], r["llama_draft"]) for r in mine),

@@ -66,7 +66,7 @@ SECTIONS = {
     "drafters-vs-llama.json": (
         "Drafters beside llama.cpp's draftless and draft modes, on every set, in one run",
         "scripts/bench-vs-llama.py --drafters --limit 3 --rounds 3   # per prompt, in turn: specula generate --drafter none, "
-        "specula generate --drafter auto --k auto, llama-server --spec-type ngram-mod, llama-server -md DRAFT "
+        "specula generate --drafter auto --k auto, llama-server (plain), llama-server --spec-type ngram-mod, llama-server -md DRAFT "
         "--spec-type draft-simple --spec-draft-n-max 16 --spec-draft-p-min 0.75",
         "Greedy, the same ChatML prompt text (the revision set's earlier turns included) and GGUF files, 2 threads; decode "
         "rates over Specula's plain rate in the same round, medians per set, and the lowest single reply. llama-server "
@@ -267,9 +267,11 @@ def remote_tables(data: dict) -> str:
 
 def drafters_llama_table(data: dict) -> str:
     x = lambda v: f"{v:.2f}x"
-    rows = [[kind, x(s["auto_vs_plain"]), x(s["min_auto_vs_plain"]), x(s["llama_ngram_mod_vs_plain"]), x(s["llama_draft_vs_plain"]),
+    rows = [[kind, x(s["auto_vs_plain"]), x(s["min_auto_vs_plain"]), x(s["llama_plain_vs_plain"]), x(s["llama_ngram_mod_vs_plain"]),
+             x(s["llama_draft_vs_plain"]),
              x(s["auto_vs_llama_best"]), s["identical"]] for kind, s in data["summary"].items()]
-    header = ["set", "Specula auto / plain", "lowest reply", "llama ngram-mod / Specula plain", "llama draft / Specula plain",
+    header = ["set", "Specula auto / plain", "lowest reply", "llama plain / Specula plain", "llama ngram-mod / Specula plain",
+              "llama draft / Specula plain",
               "Specula auto / llama's best", "auto identical to plain"]
     return table(header, rows)
 
