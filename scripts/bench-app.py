@@ -171,6 +171,8 @@ class App:
             "for (const [name, value] of Object.entries(values)) {"
             "  const field = document.querySelector('#settings-form [name=\"' + name + '\"]');"
             "  field.value = String(value); field.dispatchEvent(new Event('change')); }"
+            # The draft model alone, as `specula generate --draft` drafts (the app's default adds copies).
+            "document.querySelector('#settings-form [name=copies]').checked = false;"
             "document.querySelector('#settings-save').click();",
             values,
         )

@@ -20,7 +20,8 @@ the table with the ratios. llama.cpp is built by scripts/llama-cpp.sh (about 10 
 in turn: Specula plain and auto (`specula generate --drafter none` and `--drafter auto`: the
 draft model, with free copies where the reply repeats its context), and llama.cpp's best
 draftless and draft modes, each a `llama-server` started once for the run (and one plain, for
-reference): `--spec-type ngram-mod` (a rolling-hash n-gram pool shared across requests) and `-md DRAFT --spec-type
+reference): `--spec-type ngram-mod` (a rolling-hash n-gram pool shared across requests; the servers start afresh each
+round, so that the pool never holds the same prompt's reply from the round before) and `-md DRAFT --spec-type
 draft-simple`. Rates are decode rates (llama-server's `timings.predicted_per_second`, Specula's
 tokens over decode time); the ratios are over Specula's plain rate in the same round.
 """
@@ -134,16 +135,24 @@ class LlamaServer:
         self.process.wait()
 
 
+def llama_servers(bin_dir):
+    return {"llama_plain": LlamaServer(bin_dir),
+            "llama_ngram_mod": LlamaServer(bin_dir, "--spec-type", "ngram-mod"),
+            "llama_draft": LlamaServer(bin_dir, "-md", DRAFT, "--spec-type", "draft-simple", "--spec-draft-n-max", "16",
+                                       "--spec-draft-p-min", "0.75")}
+
+
 def drafters_run(specula, bin_dir, limit, rounds, tokens):
-    """Specula plain and auto beside llama-server's ngram-mod and draft modes, prompt by prompt."""
-    servers = {"llama_plain": LlamaServer(bin_dir),
-               "llama_ngram_mod": LlamaServer(bin_dir, "--spec-type", "ngram-mod"),
-               "llama_draft": LlamaServer(bin_dir, "-md", DRAFT, "--spec-type", "draft-simple", "--spec-draft-n-max", "16",
-                                          "--spec-draft-p-min", "0.75")}
+    """Specula plain and auto beside llama-server's ngram-mod and draft modes, prompt by prompt.
+    The servers start afresh each round: ngram-mod's pool, shared across requests, would
+    otherwise hold the very replies of the round before and copy them whole."""
     prompts = json.loads((ROOT / "crates/cli/prompts/bench.json").read_text())
-    taken, rows = {}, []
+    taken, rows, servers = {}, [], {}
     try:
         for r in range(rounds):
+            for server in servers.values():
+                server.close()
+            servers = llama_servers(bin_dir)
             taken.clear()
             for p in prompts:
                 taken[p["kind"]] = taken.get(p["kind"], 0) + 1

@@ -25,10 +25,12 @@ M = "M=~/.cache/specula/models; T=$M/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf; D=
 SECTIONS = {
     "drafters-auto.json": (
         "Drafters combined step by step (auto: the draft model, and free copies where the reply repeats its context)",
-        f"{M}; target/release/specula bench --model $T --draft $D --drafter auto --k auto --max-tokens 128 --limit 3 --json bench/drafters-auto.json",
-        "The first three prompts of every built-in set (code, prose, edit, and revision: a second turn that asks to change "
-        "the code or text of the first), greedy, plain and speculative in turn for each prompt, one round; each speculative "
-        "reply is checked identical to its plain one. The issue's run is `--repeat 3` over every prompt (not yet made). `drafters-model.json` is the same run with `--drafter model`, for the draft model alone.",
+        f"{M}; target/release/specula bench --model $T --draft $D --drafter auto --k auto --max-tokens 128 --repeat 3 --json bench/drafters-auto.json",
+        "Every prompt of every built-in set (10 code, 10 prose, 10 edit, and 6 revision turns: a second turn that asks to "
+        "change the code or text of the first), greedy, plain and speculative in turn for each prompt, three rounds; each "
+        "speculative reply is checked identical to its plain one. The set medians of each round: code 1.45/1.48/1.42x, "
+        "prose 1.15/1.19/1.25x, edit 1.71/1.62/1.64x, revision 1.64/1.79/1.78x; the lowest single reply 0.95x (prose; 5 of "
+        "90 prose replies under 1.0x). `drafters-model.json` is the draft model alone (`--drafter model --limit 3`, one round).",
     ),
     "drafters-model.json": (
         "The draft model alone, the same sets (for comparison with the combined drafter)",
@@ -65,12 +67,13 @@ SECTIONS = {
     ),
     "drafters-vs-llama.json": (
         "Drafters beside llama.cpp's draftless and draft modes, on every set, in one run",
-        "scripts/bench-vs-llama.py --drafters --limit 3 --rounds 3   # per prompt, in turn: specula generate --drafter none, "
+        "scripts/bench-vs-llama.py --drafters --limit 3 --rounds 1   # per prompt, in turn: specula generate --drafter none, "
         "specula generate --drafter auto --k auto, llama-server (plain), llama-server --spec-type ngram-mod, llama-server -md DRAFT "
         "--spec-type draft-simple --spec-draft-n-max 16 --spec-draft-p-min 0.75",
         "Greedy, the same ChatML prompt text (the revision set's earlier turns included) and GGUF files, 2 threads; decode "
         "rates over Specula's plain rate in the same round, medians per set, and the lowest single reply. llama-server "
-        "keeps its ngram-mod pool across requests (its design); each `specula generate` starts with no history.",
+        "keeps its ngram-mod pool across the requests of a round (its design; it starts afresh each round, so that it "
+        "never holds the same prompt's reply); each `specula generate` starts with no history.",
     ),
     "speed-vs-llama.json": (
         "Beside llama.cpp, in one run",
@@ -372,6 +375,15 @@ def readme_summary() -> str:
             f"- On the bench prompts beside llama.cpp ({data['date']}, same run, {data['tokens']} tokens): plain decoding "
             f"{plain}; speculative with auto k over plain {auto}{lookup}; over llama-speculative-simple {over}x."
         )
+    combined = BENCH / "drafters-auto.json"
+    if combined.exists():
+        data = json.loads(combined.read_text())
+        rows = [s for s in data["summary"] if s["kind"] != "all"]
+        every = next((s for s in data["summary"] if s["kind"] == "all"), {})
+        date = datetime.fromtimestamp(data["unix_time"], timezone.utc).strftime("%Y-%m-%d") if "unix_time" in data else ""
+        sets = ", ".join(f"{s['kind']} {s['speedup']:.2f}x" for s in rows)
+        lines.append(f"- The app's default drafter, the draft model with free copies (`specula bench --drafter auto --repeat {data.get('repeat', 1)}`, "
+                     f"every prompt, {date}, {data['max_tokens']} tokens, same prompts in one run): {sets}; every reply identical to plain ({every.get('identical', '?')}).")
     model = BENCH / "auto.json"
     if model.exists():
         data = json.loads(model.read_text())

@@ -104,7 +104,8 @@ test('a reply streams with provenance classes and the speedup', async () => {
   assert.ok(sources.length >= 10, `tokens rendered: ${sources.length}`);
   assert.ok(sources.includes('accepted'), `draft tokens accepted: ${[...new Set(sources)]}`);
   assert.match(await wd.execute("return document.querySelector('[data-figure=speedup]').textContent"), /^\d+\.\d\dx$/);
-  assert.match(await lastReplyText('.reply-summary'), /accepted.*draft model · k 4 · greedy/);
+  // The app's default drafter: the draft model with copies beside it.
+  assert.match(await lastReplyText('.reply-summary'), /accepted.*draft model \+ copies · k 4 · greedy/);
   writeFileSync(join(ARTIFACTS, 'app-light.png'), await wd.screenshot());
   await wd.click('#theme-toggle');
   writeFileSync(join(ARTIFACTS, 'app-dark.png'), await wd.screenshot());

@@ -609,7 +609,7 @@ function wireLibrary(): void {
   const [target, draft] = [$<HTMLSelectElement>('#doctor-target'), $<HTMLSelectElement>('#doctor-draft')];
   const refreshDoctor = async () => fillDoctor(await loadModels(state.settings.target), target, draft, state.settings.target);
   const usePair = async (targetPath: string, draftPath: string) => {
-    const next: Settings = { ...state.settings, target: targetPath, draft: draftPath, drafter: 'model' };
+    const next: Settings = { ...state.settings, target: targetPath, draft: draftPath, drafter: 'auto' };
     const status = await state.backend.applyModels(next);
     await state.backend.saveSettings(next);
     state.settings = next;
