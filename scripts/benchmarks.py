@@ -32,6 +32,12 @@ SECTIONS = {
         "prose 1.15/1.19/1.25x, edit 1.71/1.62/1.64x, revision 1.64/1.79/1.78x; the lowest single reply 0.95x (prose; 5 of "
         "90 prose replies under 1.0x). `drafters-model.json` is the draft model alone (`--drafter model --limit 3`, one round).",
     ),
+    "drafters-auto-sampled.json": (
+        "The combined drafter on prose, sampled at temperature 0.8",
+        f"{M}; target/release/specula bench --model $T --draft $D --drafter auto --k auto --max-tokens 128 --repeat 3 --kind prose --mode reproducible --temperature 0.8 --json bench/drafters-auto-sampled.json",
+        "Reproducible sampling (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, noise fixed by seed 42): the speculative "
+        "reply is the plain one token for token, so each run is also an identity check. Every prose prompt, three rounds.",
+    ),
     "drafters-model.json": (
         "The draft model alone, the same sets (for comparison with the combined drafter)",
         f"{M}; target/release/specula bench --model $T --draft $D --drafter model --k auto --max-tokens 128 --limit 3 --json bench/drafters-model.json",

@@ -1,11 +1,12 @@
 //! `specula bench`: every prompt decoded plain and speculative in one process, one after the
-//! other, so that the machine's noise hits both alike. Greedy by default, which also checks
-//! that each speculative reply equals the plain one.
+//! other, so that the machine's noise hits both alike. Greedy by default (or reproducible
+//! sampling), which also checks that each speculative reply equals the plain one.
 
 use crate::run::{open_session, CliResult};
 use crate::ModelArgs;
 use clap::Args;
 use serde::{Deserialize, Serialize};
+use specula_engine::sampling::Mode;
 use specula_engine::speculative::KSetting;
 use specula_engine::{CachedModel, GenerateOptions, Generation, NullSink, SamplingParams};
 use std::path::PathBuf;
@@ -36,6 +37,15 @@ pub struct BenchArgs {
     /// noisy host one reply of the same work can take 25% more or less than the next.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
     repeat: u32,
+    /// greedy, or reproducible: sampling at --temperature with noise fixed by --seed, whose
+    /// speculative replies equal the plain ones token for token as greedy ones do (sample mode
+    /// gives no two replies alike, so nothing to compare).
+    #[arg(long, default_value = "greedy")]
+    mode: Mode,
+    #[arg(long, default_value_t = 0.8)]
+    temperature: f32,
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
     /// Write every figure here as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -96,6 +106,8 @@ struct Report<'a> {
     max_tokens: usize,
     /// Times each prompt was decoded each way (one run each in `runs`).
     repeat: u32,
+    /// "greedy", or "reproducible at temperature T, seed S".
+    sampling: String,
     threads: usize,
     forward_costs: &'a [ForwardCost],
     runs: &'a [Run],
@@ -150,6 +162,7 @@ pub fn bench(args: BenchArgs) -> CliResult {
         return Err("bench compares plain with speculative decoding: give --draft or --drafter lookup".into());
     }
     let prompts = load_prompts(&args)?;
+    let sampling = sampling(&args)?;
     let mut session = open_session(&args.model)?;
     let context = cost_context(&session)?;
     let costs = forward_costs(&mut session.target.model, &context)?;
@@ -159,12 +172,7 @@ pub fn bench(args: BenchArgs) -> CliResult {
         println!("| {} | {:.1} | {:.2} |", c.n, c.ms, c.ratio);
     }
     println!();
-    let options = GenerateOptions {
-        max_tokens: args.max_tokens,
-        sampling: SamplingParams::greedy(),
-        stop: Vec::new(),
-        ..Default::default()
-    };
+    let options = GenerateOptions { max_tokens: args.max_tokens, sampling, ..Default::default() };
     let mut runs = Vec::new();
     for (i, item) in prompts.iter().enumerate() {
         let mut messages = item.history.clone();
@@ -206,6 +214,10 @@ pub fn bench(args: BenchArgs) -> CliResult {
             draft: args.model.draft.as_ref().map(|d| d.display().to_string()).unwrap_or_default(),
             max_tokens: args.max_tokens,
             repeat: args.repeat,
+            sampling: match args.mode {
+                Mode::Greedy => "greedy".into(),
+                _ => format!("reproducible at temperature {}, seed {}", args.temperature, args.seed),
+            },
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             forward_costs: &costs,
             runs: &runs,
@@ -218,6 +230,25 @@ pub fn bench(args: BenchArgs) -> CliResult {
         return Err("speculative output differed from plain output (see MISMATCH above)".into());
     }
     Ok(())
+}
+
+/// Greedy, or reproducible sampling: the two modes in which speculative decoding gives the
+/// plain reply exactly, so that every run is also an identity check.
+fn sampling(args: &BenchArgs) -> Result<SamplingParams, String> {
+    let sampling = match args.mode {
+        Mode::Greedy => SamplingParams::greedy(),
+        Mode::Reproducible => SamplingParams {
+            mode: Mode::Reproducible,
+            temperature: args.temperature,
+            seed: args.seed,
+            ..Default::default()
+        },
+        Mode::Sample => {
+            return Err("bench compares replies: --mode greedy or reproducible (sample mode gives no two alike)".into())
+        }
+    };
+    sampling.validate().map_err(|e| e.to_string())?;
+    Ok(sampling)
 }
 
 fn load_prompts(args: &BenchArgs) -> Result<Vec<BenchPrompt>, String> {

@@ -231,3 +231,9 @@ fn the_doctor_trial_measures_the_pair_on_this_machine() {
     let report: serde_json::Value = serde_json::from_slice(&bad.stdout).unwrap();
     assert!(report["trial"].is_null());
 }
+
+#[test]
+fn bench_refuses_a_mode_whose_replies_it_cannot_compare_before_loading_anything() {
+    let out = specula(&["bench", "--model", "no-such.gguf", "--drafter", "lookup", "--mode", "sample"]);
+    assert_clear_error(&out, "--mode greedy or reproducible");
+}
