@@ -59,7 +59,7 @@ pub fn remote_status(target: &RemoteTarget, check: &ConnectionCheck) -> EngineSt
     let error = check.error.clone().or(missing);
     EngineStatus {
         state: if error.is_some() { EngineState::Failed } else { EngineState::Ready },
-        target: Some(format!("{} @ {}", target.model, target.host())),
+        target: Some(format!("{} @ {}", target.model_name(), target.host())),
         draft: None,
         drafter: None,
         device: format!("remote, {:.0} ms round trip", check.round_trip_ms),

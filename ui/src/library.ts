@@ -15,6 +15,7 @@ import type {
   RemoteTarget,
 } from './api/types';
 import { asErrorCode, toBackendError } from './api/types';
+import { remoteModelName } from './api/label';
 
 const mb = (bytes: number) => (bytes / 1e6).toFixed(1);
 
@@ -316,7 +317,7 @@ function connectionRow(library: Library, connection: Connection, list: HTMLEleme
   title.textContent = connection.base_url + (connection.has_key ? ' (key kept)' : '');
   const facts = document.createElement('span');
   facts.className = 'facts';
-  facts.textContent = connection.models.join(', ');
+  facts.textContent = connection.models.map(remoteModelName).join(', ');
   const status = document.createElement('span');
   status.className = 'status';
   status.textContent = 'checking…';
@@ -330,7 +331,7 @@ function connectionRow(library: Library, connection: Connection, list: HTMLEleme
     (check) => {
       row.dataset.state = check.error ? 'error' : 'ready';
       status.textContent = checkText(check);
-      if (!check.error) facts.textContent = check.models.join(', ');
+      if (!check.error) facts.textContent = check.models.map(remoteModelName).join(', ');
     },
     (e) => {
       row.dataset.state = 'error';

@@ -3,7 +3,7 @@
 import './style.css';
 import { type Backend, connect } from './api/backend';
 import type { ChatMessage, Connection, Conversation, GenerationStats, ModelEntry, ReplyEvent, ReplyHandle, Settings, StepEvent } from './api/types';
-import { remoteHost } from './api/label';
+import { remoteHost, remoteModelName } from './api/label';
 import { DEFAULT_SETTINGS, toBackendError } from './api/types';
 import {
   addModelByPath,
@@ -383,11 +383,11 @@ async function openSettings(): Promise<void> {
   for (const c of await loadConnections()) {
     const group = document.createElement('optgroup');
     group.label = `Remote: ${c.base_url}`;
-    group.append(...c.models.map((m) => option(remoteValue({ base_url: c.base_url, model: m }), `${m} @ ${remoteHost(c.base_url)}`)));
+    group.append(...c.models.map((m) => option(remoteValue({ base_url: c.base_url, model: m }), `${remoteModelName(m)} @ ${remoteHost(c.base_url)}`)));
     target.append(group);
   }
   target.value = s.remote ? remoteValue(s.remote) : s.target;
-  if (target.selectedIndex < 0 && s.remote) target.append(option(remoteValue(s.remote), `${s.remote.model} @ ${remoteHost(s.remote.base_url)}`));
+  if (target.selectedIndex < 0 && s.remote) target.append(option(remoteValue(s.remote), `${remoteModelName(s.remote.model)} @ ${remoteHost(s.remote.base_url)}`));
   target.value = s.remote ? remoteValue(s.remote) : s.target;
   target.disabled = !state.backend.canChooseTarget;
   const withModel = s.drafter === 'model' || s.drafter === 'auto';

@@ -86,7 +86,7 @@ impl AppSettings {
             mode = format!("{mode} · seed {seed}");
         }
         if let Some(remote) = &self.remote {
-            return format!("remote {} @ {} · {mode}", remote.model, remote.host());
+            return format!("remote {} @ {} · {mode}", remote.model_name(), remote.host());
         }
         let k = self.k;
         match self.drafter {
@@ -114,7 +114,10 @@ pub fn label_cases() -> Vec<(AppSettings, String)> {
         AppSettings { drafter: DrafterKind::Auto, mode: Mode::Greedy, ..base.clone() },
         AppSettings { drafter: DrafterKind::None, mode: Mode::Sample, seed: Some(1), ..base.clone() },
         AppSettings {
-            remote: Some(RemoteTarget { base_url: "http://gpu-box:8080/v1".into(), model: "qwen-32b".into() }),
+            remote: Some(RemoteTarget {
+                base_url: "http://gpu-box:8080/v1".into(),
+                model: "/models/qwen-32b.gguf".into(),
+            }),
             mode: Mode::Greedy,
             ..base
         },

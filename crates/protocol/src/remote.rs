@@ -15,6 +15,17 @@ pub struct RemoteTarget {
 }
 
 impl RemoteTarget {
+    /// The model as people name it: llama-server lists a model by the path it was loaded
+    /// from, which says the file's name and nothing more ("/models/qwen2.5-7b-q4_k_m.gguf"
+    /// reads as "qwen2.5-7b-q4_k_m"); other ids are kept whole ("Qwen/Qwen2.5-7B-Instruct").
+    pub fn model_name(&self) -> &str {
+        let file = self.model.rsplit(['/', '\\']).next().unwrap_or(&self.model);
+        match file.strip_suffix(".gguf") {
+            Some(stem) if self.model.contains(['/', '\\']) => stem,
+            _ => &self.model,
+        }
+    }
+
     /// The host (and port) the URL names, for labels: "gpu-box:8080".
     pub fn host(&self) -> &str {
         let rest = self.base_url.split_once("://").map_or(self.base_url.as_str(), |(_, r)| r);
@@ -62,6 +73,16 @@ pub struct ConnectionCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_model_loaded_from_a_path_is_named_by_its_file() {
+        let named =
+            |model: &str| RemoteTarget { base_url: "http://h/v1".into(), model: model.into() }.model_name().to_string();
+        assert_eq!(named("/root/models/qwen2.5-coder-1.5b-q4_k_m.gguf"), "qwen2.5-coder-1.5b-q4_k_m");
+        assert_eq!(named("C:\\models\\m.gguf"), "m");
+        assert_eq!(named("Qwen/Qwen2.5-7B-Instruct"), "Qwen/Qwen2.5-7B-Instruct");
+        assert_eq!(named("llama3.gguf"), "llama3.gguf");
+    }
 
     #[test]
     fn a_label_names_the_host_without_scheme_or_path() {
