@@ -130,6 +130,26 @@ def cpu_record() -> dict:
     return info
 
 
+def launch(app: str, port: int, env: dict, log: Path | None):
+    """tauri-driver on `port` with the app's environment, and a WebDriver session on the app
+    once its window is ready: (the driver's process, the session)."""
+    driver = os.environ.get("TAURI_DRIVER") or shutil.which("tauri-driver") or str(Path.home() / ".cache/specula/tools/bin/tauri-driver")
+    process = subprocess.Popen(
+        [driver, "--port", str(port), "--native-port", str(port + 1000)],
+        env=env, stdout=subprocess.DEVNULL, stderr=open(log, "w") if log else subprocess.DEVNULL, start_new_session=True,
+    )
+    wd = WebDriver(f"http://127.0.0.1:{port}")
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=1)
+            break
+        except OSError:
+            time.sleep(0.1)
+    wd.start(app)
+    wd.wait_for("return document.body.dataset.ready === 'true'", what="the window")
+    return process, wd
+
+
 class App:
     """The app under the driver, with its own data folder, on the real model pair."""
 
@@ -140,20 +160,7 @@ class App:
         self.log = log
         if log:
             env["RUST_LOG"] = "warn,specula_engine::kernels::pool=debug"
-        driver = os.environ.get("TAURI_DRIVER") or shutil.which("tauri-driver") or str(Path.home() / ".cache/specula/tools/bin/tauri-driver")
-        self.driver = subprocess.Popen(
-            [driver, "--port", str(port), "--native-port", str(port + 1000)],
-            env=env, stdout=subprocess.DEVNULL, stderr=open(log, "w") if log else subprocess.DEVNULL, start_new_session=True,
-        )
-        self.wd = WebDriver(f"http://127.0.0.1:{port}")
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
-        self.wd.start(app)
-        self.wd.wait_for("return document.body.dataset.ready === 'true'", what="the window")
+        self.driver, self.wd = launch(app, port, env, log)
         self.wd.wait_for("return !/loading/.test(document.querySelector('#engine-status').textContent)", 300, "the models")
 
     def settings(self, drafter: str, max_tokens: int):

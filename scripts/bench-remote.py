@@ -109,19 +109,7 @@ class RemoteApp:
         self.data = Path(tempfile.mkdtemp(prefix="specula-bench-remote-"))
         models = Path(tempfile.mkdtemp(prefix="specula-bench-remote-models-"))
         env = {**os.environ, "SPECULA_DATA_DIR": str(self.data), "SPECULA_MODELS_DIR": str(models)}
-        driver = os.environ.get("TAURI_DRIVER") or str(Path.home() / ".cache/specula/tools/bin/tauri-driver")
-        self.driver = subprocess.Popen([driver, "--port", str(port), "--native-port", str(port + 1000)], env=env,
-                                       stdout=subprocess.DEVNULL, stderr=open(log, "w") if log else subprocess.DEVNULL,
-                                       start_new_session=True)
-        self.wd = bench_app.WebDriver(f"http://127.0.0.1:{port}")
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
-        self.wd.start(app)
-        self.wd.wait_for("return document.body.dataset.ready === 'true'", what="the window")
+        self.driver, self.wd = bench_app.launch(app, port, env, log)
         self.connect(url)
 
     def connect(self, url: str):

@@ -16,13 +16,18 @@ pub const SETTINGS_KEY: &str = "settings";
 /// The model files the user added by path (`Vec<PathBuf>`).
 pub const ADDED_MODELS_KEY: &str = "added_models";
 
-fn with_store<T>(state: &AppState, f: impl FnOnce(&mut Store) -> specula_store::Result<T>) -> CommandResult<T> {
+pub(crate) fn with_store<T>(
+    state: &AppState,
+    f: impl FnOnce(&mut Store) -> specula_store::Result<T>,
+) -> CommandResult<T> {
     let mut store = state.store.lock().map_err(|_| ErrorInfo::internal("the history database is unavailable"))?;
     Ok(f(&mut store)?)
 }
 
 /// Blocking work (loading models, reading model headers) off the IPC thread.
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> CommandResult<T> + Send + 'static) -> CommandResult<T> {
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> CommandResult<T> + Send + 'static,
+) -> CommandResult<T> {
     tauri::async_runtime::spawn_blocking(f).await.map_err(|e| ErrorInfo::internal(e.to_string()))?
 }
 

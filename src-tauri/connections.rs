@@ -4,6 +4,7 @@
 //! history, mode 0600), so that neither a copy of the history nor a log carries it, and it is
 //! sent only to the host it was given for (specula-remote follows no redirect).
 
+use crate::commands::{blocking, with_store};
 use crate::error::{CommandResult, ErrorInfo};
 use crate::AppState;
 use specula_engine::protocol::{Connection, ConnectionCheck};
@@ -68,13 +69,11 @@ pub fn remote(keys: &Keys, base_url: &str) -> CommandResult<Remote> {
 }
 
 fn saved(state: &AppState) -> CommandResult<Vec<Connection>> {
-    let store = state.store.lock().map_err(|_| ErrorInfo::internal("the history database is unavailable"))?;
-    Ok(store.setting(CONNECTIONS_KEY)?.unwrap_or_default())
+    Ok(with_store(state, |s| s.setting(CONNECTIONS_KEY))?.unwrap_or_default())
 }
 
 fn save(state: &AppState, connections: &[Connection]) -> CommandResult<()> {
-    let store = state.store.lock().map_err(|_| ErrorInfo::internal("the history database is unavailable"))?;
-    Ok(store.set_setting(CONNECTIONS_KEY, &connections)?)
+    with_store(state, |s| s.set_setting(CONNECTIONS_KEY, &connections))
 }
 
 /// Remember `check`'s findings for its connection.
@@ -106,7 +105,7 @@ pub async fn add_connection(
     api_key: Option<String>,
 ) -> CommandResult<ConnectionCheck> {
     let remote = Remote::new(&base_url, api_key.clone())?;
-    let check = blocking(move || remote.check()).await?;
+    let check = blocking(move || Ok(remote.check())).await?;
     if check.error.is_none() {
         let key = api_key.as_deref().map(str::trim).filter(|k| !k.is_empty());
         state.keys.set(&check.base_url, key)?;
@@ -120,7 +119,7 @@ pub async fn add_connection(
 #[specta::specta]
 pub async fn check_connection(state: State<'_, AppState>, base_url: String) -> CommandResult<ConnectionCheck> {
     let remote = remote(&state.keys, &base_url)?;
-    let check = blocking(move || remote.check()).await?;
+    let check = blocking(move || Ok(remote.check())).await?;
     if check.error.is_none() {
         remember(&state, &check, state.keys.get(&check.base_url).is_some())?;
     }
@@ -134,10 +133,6 @@ pub fn remove_connection(state: State<'_, AppState>, base_url: String) -> Comman
     connections.retain(|c| c.base_url != base_url);
     save(&state, &connections)?;
     state.keys.set(&base_url, None)
-}
-
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> CommandResult<T> {
-    tauri::async_runtime::spawn_blocking(f).await.map_err(|e| ErrorInfo::internal(e.to_string()))
 }
 
 #[cfg(test)]

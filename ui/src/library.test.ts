@@ -256,6 +256,18 @@ describe('a model file added by path', () => {
 });
 
 describe('remote engines', () => {
+  /** A library with nothing to download and no remotes; each test adds what it drives. */
+  const idle: Library = {
+    ...noRemotes,
+    catalogue: async () => [],
+    recommended: async () => null,
+    addModel: async () => {
+      throw new Error('unused');
+    },
+    diagnose: async () => ({ compatible: true, text: '' }),
+    pull: async () => ({ cancel: async () => {} }),
+  };
+
   const ok: ConnectionCheck = { base_url: 'http://gpu:8080/v1', models: ['qwen-32b', 'qwen-0.5b'], kind: 'llama_cpp', round_trip_ms: 13.6 };
 
   it('a check reads as the engine, its models and the round trip, or as its error', () => {
@@ -277,14 +289,7 @@ describe('remote engines', () => {
     const status = document.createElement('p');
     const asked: (string | null)[][] = [];
     const library: Library = {
-      ...noRemotes,
-      catalogue: async () => [],
-      recommended: async () => null,
-      addModel: async () => {
-        throw new Error('unused');
-      },
-      diagnose: async () => ({ compatible: true, text: '' }),
-      pull: async () => ({ cancel: async () => {} }),
+      ...idle,
       addConnection: async (url, key) => {
         asked.push([url, key]);
         return key === 'sk-good' ? ok : { ...ok, models: [], error: { code: 'unauthorized', message: 'the remote refused the API key (401): bad key' } };
@@ -305,14 +310,7 @@ describe('remote engines', () => {
       { base_url: 'http://down:1/v1', has_key: false, models: ['m'], kind: 'open_ai' as const },
     ];
     const library: Library = {
-      ...noRemotes,
-      catalogue: async () => [],
-      recommended: async () => null,
-      addModel: async () => {
-        throw new Error('unused');
-      },
-      diagnose: async () => ({ compatible: true, text: '' }),
-      pull: async () => ({ cancel: async () => {} }),
+      ...idle,
       connections: async () => connections,
       checkConnection: async (url) =>
         url.includes('down') ? { ...ok, base_url: url, models: [], error: { code: 'unreachable', message: 'the remote refused the connection: is it running?' } } : ok,

@@ -2,12 +2,11 @@
 //! OpenAI API. The reply prints as a local one does, coloured by provenance where the remote
 //! reports it (another `specula serve`); any failure is one `error:` line and exit status 2.
 
-use crate::run::{options, print_stats, read_file, CliResult, Printer};
+use crate::run::{chat_loop, options, print_stats, read_file, CliResult, Printer};
 use crate::{ModelArgs, SamplingArgs};
 use clap::Args;
 use specula_engine::{Flow, Generation, Message, TokenSink};
 use specula_remote::{Remote, RemoteEvent, RemoteTicket};
-use std::io::{BufRead, IsTerminal};
 use std::path::PathBuf;
 
 #[derive(Args, Clone, Default)]
@@ -53,37 +52,11 @@ pub fn generate(remote: &Remote, model: &str, messages: &[Message], sampling: &S
     Ok(())
 }
 
-/// A terminal chat with the remote; a failed turn is reported and dropped, the chat goes on.
+/// A terminal chat with the remote (the same turns as a local chat, `run::chat_loop`).
 pub fn chat(remote: &Remote, model: &str, system: Option<&str>, sampling: &SamplingArgs) -> CliResult {
     let options = options(sampling);
-    let mut messages: Vec<Message> = system.map(Message::system).into_iter().collect();
-    let stdin = std::io::stdin();
-    let interactive = stdin.is_terminal();
-    if interactive {
-        eprintln!("Chatting with {model} at {}. Empty line or Ctrl-D to quit.", remote.base_url());
-    }
-    loop {
-        if interactive {
-            eprint!("> ");
-        }
-        let mut line = String::new();
-        if stdin.lock().read_line(&mut line).map_err(|e| e.to_string())? == 0 || line.trim().is_empty() {
-            return Ok(());
-        }
-        messages.push(Message::user(line.trim_end()));
-        let reply = print_reply(&remote.chat(model, &messages, &options), Some(&mut Printer::new()));
-        println!();
-        match reply {
-            Ok(generation) => {
-                print_stats(&generation);
-                messages.push(Message::assistant(generation.text));
-            }
-            Err(e) => {
-                messages.pop();
-                eprintln!("error: {e}");
-            }
-        }
-    }
+    let who = format!("{model} at {}", remote.base_url());
+    chat_loop(system, &who, |messages| print_reply(&remote.chat(model, messages, &options), Some(&mut Printer::new())))
 }
 
 /// The reply's tokens printed as they come (when there is a printer); the reply, or why

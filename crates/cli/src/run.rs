@@ -200,11 +200,25 @@ pub fn chat(args: ChatArgs) -> CliResult {
         ServiceConfig { max_queue: 1, default_k: args.k, default_drafter: args.model.drafter, ..Default::default() };
     let engine = EngineHandle::spawn(session, config);
     let options = options(&args.sampling);
-    let mut messages: Vec<Message> = args.system.iter().map(Message::system).collect();
+    chat_loop(args.system.as_deref(), &name, |messages| {
+        let request = Request::new(Prompt::Chat(messages.to_vec()), options.clone());
+        let ticket = engine.submit(request).map_err(|e| e.to_string())?;
+        print_reply(&ticket).map_err(|e| e.to_string())
+    })
+}
+
+/// The terminal chat's turns, whoever answers: a line from stdin, the reply printed as it
+/// comes by `reply`, its stats; a failed turn is reported and dropped, and the chat goes on.
+pub fn chat_loop(
+    system: Option<&str>,
+    who: &str,
+    mut reply: impl FnMut(&[Message]) -> Result<Generation, String>,
+) -> CliResult {
+    let mut messages: Vec<Message> = system.map(Message::system).into_iter().collect();
     let stdin = std::io::stdin();
     let interactive = stdin.is_terminal();
     if interactive {
-        eprintln!("Chatting with {name}. Empty line or Ctrl-D to quit.");
+        eprintln!("Chatting with {who}. Empty line or Ctrl-D to quit.");
     }
     loop {
         if interactive {
@@ -215,11 +229,10 @@ pub fn chat(args: ChatArgs) -> CliResult {
             return Ok(());
         }
         messages.push(Message::user(line.trim_end()));
-        let ticket =
-            engine.submit(Request::new(Prompt::Chat(messages.clone()), options.clone())).map_err(|e| e.to_string())?;
-        match print_reply(&ticket) {
+        let answer = reply(&messages);
+        println!();
+        match answer {
             Ok(generation) => {
-                println!();
                 print_stats(&generation);
                 messages.push(Message::assistant(generation.text));
             }
