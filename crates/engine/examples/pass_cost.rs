@@ -1,7 +1,8 @@
 //! What a target pass over n tokens (logits at every position) costs against a pass over one:
 //! the fastest of many rounds, the sizes interleaved within each round, so this machine's
 //! noise mostly drops out (`specula bench` reports medians of 5).
-//! `cargo run --release -p specula-engine --example pass_cost -- <model.gguf> [rounds]`
+//! `cargo run --release -p specula-engine --example pass_cost -- <model.gguf> [rounds] [every]`
+//! (`every`: each n from 1 to 17, not only the sizes verification of k = 1, 2, 4, 8, 16 takes)
 
 use specula_engine::gguf::GgufFile;
 use specula_engine::models::load_model;
@@ -16,8 +17,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A 100-token context, as in `specula bench`; which tokens does not change the cost.
     let context: Vec<u32> = (0..100u32).map(|i| 1000 + i * 37).collect();
     model.forward_last(&context)?;
-    let sizes = [1usize, 2, 3, 5, 9, 17];
-    let mut fastest = [f64::MAX; 6];
+    let sizes: Vec<usize> = match args.next().as_deref() {
+        Some("every") => (1..=17).collect(),
+        _ => vec![1, 2, 3, 5, 9, 17],
+    };
+    let mut fastest = vec![f64::MAX; sizes.len()];
     for _ in 0..rounds {
         for (best, &n) in fastest.iter_mut().zip(&sizes) {
             let started = Instant::now();
@@ -26,7 +30,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             model.truncate(context.len());
         }
     }
-    for (best, n) in fastest.iter().zip(sizes) {
+    for (best, &n) in fastest.iter().zip(&sizes) {
         println!("n = {n:2}: {best:6.1} ms, {:.2}x one token", best / fastest[0]);
     }
     Ok(())
