@@ -5,7 +5,8 @@
 //! over n tokens, n = 1..=17 (fastest of several rounds, the sizes interleaved so the host's
 //! drift is shared). Measured teacher-forced on the target's own greedy replies to the bench
 //! prompts: α, how often the draft's first choice is the target's token, and β, how often its
-//! second choice is when the first is not.
+//! second choice is when the first is not (with the draft's whole head, which agrees a little
+//! more often than the pruned one: the figures below lean high, as a ceiling should).
 //!
 //! From these, per set, in units of a plain step:
 //! - **chain**: the expected speedup of the best fixed k (positions independent, each kept
@@ -86,41 +87,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if prompts[..i].iter().filter(|q| q.kind == p.kind).count() >= per_kind {
             continue;
         }
-        let mut messages = p.history.clone();
-        messages.push(Message::user(&p.prompt));
-        let prompt = target.chat_prompt(&messages, &[])?;
-        let reply = target.generate(&prompt, &options, &mut NullSink)?;
-        let mut sequence = prompt.clone();
-        sequence.extend(reply.tokens.iter().map(|t| t.id));
-        draft.model.truncate(0);
-        let logits = draft.model.forward_all(&sequence[..sequence.len() - 1])?;
-        let set = sets.entry(p.kind.clone()).or_default();
-        let start = prompt.len();
-        let n = sequence.len() - start;
-        let mut first_right = Vec::with_capacity(n);
-        let mut draft_confidence = Vec::with_capacity(n);
-        for j in 0..n {
-            let row = &logits[start - 1 + j];
-            let (first, second) = top_two(row);
-            draft_confidence.push(top_probability(row));
-            let wanted = sequence[start + j];
-            set.positions += 1;
-            set.first += usize::from(first == wanted);
-            set.second += usize::from(first != wanted && second == wanted);
-            first_right.push(first == wanted);
-        }
-        let mut draft_run = vec![0; n + 1];
-        for j in (0..n).rev() {
-            draft_run[j] = if first_right[j] { draft_run[j + 1] + 1 } else { 0 };
-        }
-        let copy_run = (0..n)
-            .map(|j| {
-                let copy = COPIES.lookup(&sequence[..start + j], MAX_PASS - 1);
-                copy.iter().zip(&sequence[start + j..]).take_while(|(a, b)| a == b).count()
-            })
-            .collect();
-        set.replies.push(Reply { draft_run, draft_confidence, copy_run });
-        eprintln!("{}: {} reply tokens", p.kind, n);
+        let reply = analyse(&mut target, &mut draft, p, &options, sets.entry(p.kind.clone()).or_default())?;
+        eprintln!("{}: {} reply tokens", p.kind, reply);
     }
 
     let (draft_ms, pass_ms) = measure_costs(&mut target, &mut draft)?;
@@ -134,48 +102,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("pass over n / one: {}\n", passes.join(", "));
     println!("| set | positions | α | β | chain | chain + sibling | chain, stopping under τ (these replies) | hindsight, model | hindsight, model + copies |");
     println!("|---|---|---|---|---|---|---|---|---|");
-    let mut rows = Vec::new();
-    for (kind, set) in &sets {
-        let alpha = set.first as f64 / set.positions.max(1) as f64;
-        let beta = set.second as f64 / (set.positions - set.first).max(1) as f64;
-        let chain = best_of((1..=MAX_DRAFTS).map(|k| (k, expected(alpha, k) / (k as f64 * c + verify(k + 1)))));
-        let tree = best_of(
-            (1..=MAX_DRAFTS).map(|k| (k, (expected(alpha, k) + (1.0 - alpha) * beta) / (k as f64 * c + verify(k + 2)))),
-        );
-        let hindsight = |copies: bool| {
-            let tokens: usize = set.replies.iter().map(|r| r.copy_run.len()).sum();
-            let steps: f64 = set.replies.iter().map(|r| oracle(r, c, &verify, copies)).sum();
-            tokens as f64 / steps
-        };
-        let (model_only, with_copies) = (hindsight(false), hindsight(true));
-        let tokens: usize = set.replies.iter().map(|r| r.copy_run.len()).sum();
-        let stopping: Vec<(f64, usize, f64)> = THRESHOLDS
-            .iter()
-            .map(|&threshold| {
-                let (k, speedup) = best_of((1..=MAX_DRAFTS).map(|k| {
-                    let steps: f64 = set.replies.iter().map(|r| confident_chain(r, k, threshold, c, &verify)).sum();
-                    (k, tokens as f64 / steps)
-                }));
-                (threshold, k, speedup)
-            })
-            .collect();
-        let stopping_text: Vec<String> = stopping.iter().map(|(t, k, s)| format!("τ {t}: k {k} {s:.2}x")).collect();
-        println!(
-            "| {kind} | {} | {alpha:.3} | {beta:.3} | k {} {:.2}x | k {} {:.2}x | {} | {model_only:.2}x | {with_copies:.2}x |",
-            set.positions,
-            chain.0,
-            chain.1,
-            tree.0,
-            tree.1,
-            stopping_text.join(", ")
-        );
-        rows.push(serde_json::json!({
-            "kind": kind, "replies": set.replies.len(), "positions": set.positions, "alpha": alpha, "beta": beta,
-            "chain_k": chain.0, "chain_speedup": chain.1, "tree_k": tree.0, "tree_speedup": tree.1,
-            "hindsight_model": model_only, "hindsight_model_and_copies": with_copies,
-            "stopping": stopping.iter().map(|(t, k, s)| serde_json::json!({"threshold": t, "k": k, "speedup": s})).collect::<Vec<_>>(),
-        }));
-    }
+    let rows: Vec<serde_json::Value> = sets.iter().map(|(kind, set)| set_figures(kind, set, c, &verify)).collect();
     let report = serde_json::json!({
         "kind": "ceiling",
         "cpu": cpu_description(),
@@ -190,6 +117,89 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     });
     std::fs::write(out, serde_json::to_string_pretty(&report)?)?;
     Ok(())
+}
+
+/// One set's row: printed as a table row, returned as JSON.
+fn set_figures(kind: &str, set: &SetCounts, c: f64, verify: &dyn Fn(usize) -> f64) -> serde_json::Value {
+    let alpha = set.first as f64 / set.positions.max(1) as f64;
+    let beta = set.second as f64 / (set.positions - set.first).max(1) as f64;
+    let chain = best_of((1..=MAX_DRAFTS).map(|k| (k, expected(alpha, k) / (k as f64 * c + verify(k + 1)))));
+    let tree = best_of(
+        (1..=MAX_DRAFTS).map(|k| (k, (expected(alpha, k) + (1.0 - alpha) * beta) / (k as f64 * c + verify(k + 2)))),
+    );
+    let tokens: usize = set.replies.iter().map(|r| r.copy_run.len()).sum();
+    let over_plain = |steps: &dyn Fn(&Reply) -> f64| tokens as f64 / set.replies.iter().map(steps).sum::<f64>();
+    let model_only = over_plain(&|r| oracle(r, c, verify, false));
+    let with_copies = over_plain(&|r| oracle(r, c, verify, true));
+    let stopping: Vec<(f64, usize, f64)> = THRESHOLDS
+        .iter()
+        .map(|&threshold| {
+            let (k, speedup) =
+                best_of((1..=MAX_DRAFTS).map(|k| (k, over_plain(&|r| confident_chain(r, k, threshold, c, verify)))));
+            (threshold, k, speedup)
+        })
+        .collect();
+    let stopping_text: Vec<String> = stopping.iter().map(|(t, k, s)| format!("τ {t}: k {k} {s:.2}x")).collect();
+    println!(
+        "| {kind} | {} | {alpha:.3} | {beta:.3} | k {} {:.2}x | k {} {:.2}x | {} | {model_only:.2}x | {with_copies:.2}x |",
+        set.positions,
+        chain.0,
+        chain.1,
+        tree.0,
+        tree.1,
+        stopping_text.join(", ")
+    );
+    serde_json::json!({
+        "kind": kind, "replies": set.replies.len(), "positions": set.positions, "alpha": alpha, "beta": beta,
+        "chain_k": chain.0, "chain_speedup": chain.1, "tree_k": tree.0, "tree_speedup": tree.1,
+        "hindsight_model": model_only, "hindsight_model_and_copies": with_copies,
+        "stopping": stopping.iter().map(|(t, k, s)| serde_json::json!({"threshold": t, "k": k, "speedup": s})).collect::<Vec<_>>(),
+    })
+}
+
+/// Decode the prompt's reply with the target alone, score it with the draft (teacher-forced),
+/// and add what the oracle needs to `set`. Returns the reply's length.
+fn analyse(
+    target: &mut LoadedModel,
+    draft: &mut LoadedModel,
+    p: &Prompt,
+    options: &GenerateOptions,
+    set: &mut SetCounts,
+) -> Result<usize, Box<dyn std::error::Error>> {
+    let mut messages = p.history.clone();
+    messages.push(Message::user(&p.prompt));
+    let prompt = target.chat_prompt(&messages, &[])?;
+    let reply = target.generate(&prompt, options, &mut NullSink)?;
+    let mut sequence = prompt.clone();
+    sequence.extend(reply.tokens.iter().map(|t| t.id));
+    draft.model.truncate(0);
+    let logits = draft.model.forward_all(&sequence[..sequence.len() - 1])?;
+    let start = prompt.len();
+    let n = sequence.len() - start;
+    let mut first_right = Vec::with_capacity(n);
+    let mut draft_confidence = Vec::with_capacity(n);
+    for j in 0..n {
+        let row = &logits[start - 1 + j];
+        let (first, second) = top_two(row);
+        draft_confidence.push(top_probability(row));
+        let wanted = sequence[start + j];
+        set.positions += 1;
+        set.first += usize::from(first == wanted);
+        set.second += usize::from(first != wanted && second == wanted);
+        first_right.push(first == wanted);
+    }
+    let mut draft_run = vec![0; n + 1];
+    for j in (0..n).rev() {
+        draft_run[j] = if first_right[j] { draft_run[j + 1] + 1 } else { 0 };
+    }
+    let copy_run = (0..n)
+        .map(|j| {
+            let copy = COPIES.lookup(&sequence[..start + j], MAX_PASS - 1);
+            copy.iter().zip(&sequence[start + j..]).take_while(|(a, b)| a == b).count()
+        })
+        .collect();
+    set.replies.push(Reply { draft_run, draft_confidence, copy_run });
+    Ok(n)
 }
 
 /// The fastest draft step (pruned head, as the engine drafts) and target pass over n tokens
