@@ -8,10 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
 
-scripts/install-deps.sh
-scripts/fetch-models.sh qwen
-(cd ui && npm ci --no-audit --no-fund && npm run build)
-cargo build --release -p specula-cli -p specula-app
+scripts/build-release.sh
 export TAURI_DRIVER="${TAURI_DRIVER:-$HOME/.cache/specula/tools/bin/tauri-driver}"
 xvfb-run -a -s "-screen 0 1280x900x24" python3 scripts/bench-app.py \
   --app "$target_dir/release/specula-app" --cli "$target_dir/release/specula" "$@"

@@ -9,10 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
 
-scripts/install-deps.sh
-scripts/fetch-models.sh qwen
-(cd ui && npm ci --no-audit --no-fund && npm run build)
-cargo build --release -p specula-cli -p specula-app
+scripts/build-release.sh
 llama=()
 if [[ " $* " == *" --engine llama "* ]]; then
   llama=(--llama-server "$(scripts/llama-cpp.sh --server)/llama-server")
