@@ -10,6 +10,10 @@ packages=(libwebkit2gtk-4.1-dev libgtk-3-dev librsvg2-dev libayatana-appindicato
 [ "${1:-}" = "--app-only" ] || packages+=(xvfb xauth webkit2gtk-driver chromium python3-venv x11-apps netpbm)
 
 missing=()
+if ! command -v dpkg-query >/dev/null || ! command -v apt-get >/dev/null; then
+    echo "no apt-get/dpkg: install these (or your system's equivalents) by hand: ${packages[*]}" >&2
+    packages=()
+fi
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
@@ -23,5 +27,5 @@ fi
 [ "${1:-}" = "--app-only" ] && exit 0
 tools="$HOME/.cache/specula/tools"
 if [ ! -x "$tools/bin/tauri-driver" ]; then
-    cargo install tauri-driver --locked --root "$tools"
+    cargo install tauri-driver --version 2.1.0 --locked --root "$tools"
 fi

@@ -6,6 +6,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Everything this needs, checked before the 1.6 GB download (one line per problem).
+mode=app
+[ "${1:-}" != "--cli" ] || mode=cli
+scripts/preflight.sh "$mode"
 scripts/fetch-models.sh qwen
 models="${SPECULA_MODELS_DIR:-$HOME/.cache/specula/models}"
 if [ "${1:-}" = "--cli" ]; then

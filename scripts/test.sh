@@ -11,6 +11,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 target_dir="${CARGO_TARGET_DIR:-$PWD/target}"
 
+# Toolchains, python3 with pip and venv, free disk: checked before anything is installed or
+# downloaded; then the check's own test (stub tools, a few seconds).
+scripts/preflight.sh test
+scripts/preflight-test.sh
 scripts/install-deps.sh
 scripts/fetch-models.sh all
 
