@@ -10,7 +10,10 @@ import {
   renderCatalogue,
   renderConnections,
   renderRecommended,
+  wireLibraryDialog,
 } from './library';
+import { renderMarkdown } from './render/markdown';
+import indexHtml from '../index.html?raw';
 
 /** A library with no remote engines, for the tests of everything else. */
 const noRemotes: Pick<Library, 'connections' | 'addConnection' | 'checkConnection' | 'removeConnection'> = {
@@ -327,5 +330,76 @@ describe('remote engines', () => {
     rows[1].querySelector('button')!.click();
     await new Promise((r) => setTimeout(r, 0));
     expect([...list.querySelectorAll('li.connection')].length).toBe(1);
+  });
+});
+
+describe('the library dialog beside a hostile reply', () => {
+  /** The app's own page (index.html), with a reply in the chat that names its parts. The reply
+   *  comes first in the document, where a document-wide `#connections` would find it. */
+  function page(reply: string) {
+    document.body.innerHTML = new DOMParser().parseFromString(indexHtml, 'text/html').body.innerHTML;
+    const messages = document.querySelector<HTMLElement>('#messages')!;
+    const rendered = document.createElement('div');
+    rendered.append(renderMarkdown(reply));
+    // As if the sanitiser had let them through: the parts are found inside the dialog, so even
+    // an element named exactly like one of them is never used.
+    const raw = document.createElement('div');
+    raw.innerHTML = reply;
+    messages.append(rendered, raw);
+    const dialog = document.querySelector<HTMLDialogElement>('#library-dialog')!;
+    dialog.showModal = () => void dialog.setAttribute('open', '');
+    return { dialog, raw };
+  }
+
+  const reply =
+    '<ul id="connections"><li name="x">reply</li></ul><ul id="catalogue"></ul><section id="recommended"><p class="facts"></p></section>' +
+    '<form id="add-connection"><input name="url"><input name="key"></form><p id="add-connection-status"></p><select id="doctor-target"></select>';
+
+  const connection = { base_url: 'http://gpu:8080/v1', has_key: false, models: ['qwen'], kind: 'llama_cpp' as const };
+  const check: ConnectionCheck = { base_url: 'http://gpu:8080/v1', models: ['qwen'], kind: 'llama_cpp', round_trip_ms: 3 };
+
+  it('fills its own connection list, catalogue and doctor, never the reply\'s elements', async () => {
+    const { dialog, raw } = page(reply);
+    const asked: string[] = [];
+    const library: Library = {
+      ...fakeLibrary().library,
+      connections: async () => connections,
+      checkConnection: async () => check,
+      addConnection: async (url) => {
+        asked.push(url);
+        return { ...check, base_url: url };
+      },
+    };
+    const models = [{ path: '/m/a.gguf', name: 'A', quantization: 'Q4_0' }] as ModelEntry[];
+    let connections = [connection];
+    const open = wireLibraryDialog(dialog, library, {
+      models: async () => models,
+      currentTarget: () => '/m/a.gguf',
+      usePair: async () => {},
+      onError: (e) => {
+        throw e;
+      },
+    });
+    const before = raw.innerHTML;
+    await open();
+    expect(dialog.open).toBe(true);
+    const own = dialog.querySelector('#connections')!;
+    expect([...own.querySelectorAll('li.connection')].map((li) => (li as HTMLElement).dataset.url)).toEqual(['http://gpu:8080/v1']);
+    expect(dialog.querySelectorAll('#catalogue li.catalogue-entry').length).toBe(1);
+    expect(dialog.querySelector<HTMLSelectElement>('#doctor-target')!.value).toBe('/m/a.gguf');
+    expect(raw.innerHTML).toBe(before);
+
+    // The connect form sends what was typed in the dialog, and redraws the dialog's own list.
+    connections = [connection, { ...connection, base_url: 'http://two:1/v1' }];
+    raw.querySelector<HTMLInputElement>('[name=url]')!.value = 'http://reply.example';
+    dialog.querySelector<HTMLInputElement>('#add-connection [name=url]')!.value = 'http://two:1';
+    dialog.querySelector<HTMLFormElement>('#add-connection')!.dispatchEvent(new Event('submit', { cancelable: true }));
+    await new Promise((r) => setTimeout(r, 0));
+    await new Promise((r) => setTimeout(r, 0));
+    expect(asked).toEqual(['http://two:1']);
+    expect(dialog.querySelector('#add-connection-status')!.textContent).toContain('connected');
+    expect(own.querySelectorAll('li.connection').length).toBe(2);
+    expect(raw.querySelector('#connections')!.textContent).toBe('reply');
+    expect(raw.querySelector('#add-connection-status')!.textContent).toBe('');
   });
 });

@@ -341,3 +341,70 @@ function connectionRow(library: Library, connection: Connection, list: HTMLEleme
   row.append(title, facts, remove, status);
   return row;
 }
+
+// ----- the dialog -----
+
+/** What the Library dialog asks of the rest of the app. */
+export interface LibraryHost {
+  /** The models the doctor offers (those of the current target's folder, say). */
+  models(): Promise<ModelEntry[]>;
+  /** The doctor's first choice of target. */
+  currentTarget(): string;
+  /** Load a downloaded recommended pair (and close the dialog). */
+  usePair(target: string, draft: string): Promise<void>;
+  onError(error: unknown): void;
+}
+
+/** Wires the Library dialog and hands back what opens it.
+ *
+ *  Every part is found here, once, inside `dialog`, and kept: never by a document-wide lookup
+ *  when the dialog opens or a form is sent, after replies are on the page. A reply is model
+ *  output; were an element of it ever named like a part of the dialog (`<ul id="connections">`,
+ *  DOM clobbering), a document-wide `#connections` would find it first and the dialog would
+ *  draw into the reply (the sanitiser drops `id`/`name` too: render/markdown.ts). */
+export function wireLibraryDialog(dialog: HTMLDialogElement, library: Library, host: LibraryHost): () => Promise<void> {
+  const part = <T extends HTMLElement = HTMLElement>(selector: string) => $in<T>(dialog, selector);
+  const recommended = part('#recommended');
+  const catalogue = part('#catalogue');
+  const connections = part('#connections');
+  const addModel = part<HTMLFormElement>('#add-model');
+  const modelPath = $in<HTMLInputElement>(addModel, '[name=path]');
+  const addModelStatus = part('#add-model-status');
+  const addConnection = part<HTMLFormElement>('#add-connection');
+  const connectionUrl = $in<HTMLInputElement>(addConnection, '[name=url]');
+  const connectionKey = $in<HTMLInputElement>(addConnection, '[name=key]');
+  const addConnectionStatus = part('#add-connection-status');
+  const doctorTarget = part<HTMLSelectElement>('#doctor-target');
+  const doctorDraft = part<HTMLSelectElement>('#doctor-draft');
+  const doctorRun = part<HTMLButtonElement>('#doctor-run');
+  const doctorReport = part('#doctor-report');
+  const close = part<HTMLButtonElement>('#library-close');
+
+  const refreshDoctor = async () => fillDoctor(await host.models(), doctorTarget, doctorDraft, host.currentTarget());
+  addModel.addEventListener('submit', (e) => {
+    e.preventDefault();
+    void addModelByPath(library, modelPath.value, addModelStatus).then((model) => {
+      if (model) void refreshDoctor().catch(host.onError);
+    });
+  });
+  addConnection.addEventListener('submit', (e) => {
+    e.preventDefault();
+    void connectRemote(library, connectionUrl.value, connectionKey.value, addConnectionStatus).then((added) => {
+      if (!added) return;
+      connectionKey.value = '';
+      void renderConnections(library, connections).catch(host.onError);
+    });
+  });
+  doctorRun.addEventListener('click', () => void runDoctor(library, doctorTarget.value, doctorDraft.value, doctorReport));
+  close.addEventListener('click', () => dialog.close());
+
+  return async () => {
+    await Promise.all([
+      renderRecommended(library, recommended, host.usePair),
+      renderCatalogue(library, catalogue, () => void refreshDoctor().catch(host.onError)),
+      renderConnections(library, connections),
+      refreshDoctor(),
+    ]);
+    if (!dialog.open) dialog.showModal();
+  };
+}

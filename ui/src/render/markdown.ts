@@ -19,13 +19,38 @@ const marked = new Marked({
 });
 
 /** What model output may contain: text formatting and links, never forms, frames, scripts,
- * styles or image maps (an `<area href>` is a link the app's link handler would not see);
- * links only to the web or mail, and marked to open outside the app. */
+ * styles, media or image maps (an `<area href>` is a link the app's link handler would not
+ * see); links only to the web or mail, and marked to open outside the app.
+ *
+ * Attributes are an allow-list, not a deny-list. Model output never keeps `id`, `name`, `form`,
+ * `for`, `popover*`, `data-*` or `aria-*` attributes: the page finds its own parts by id and
+ * class, and an element of a reply named like one of them (`<ul id="connections">`) would be
+ * found instead (DOM clobbering); `for`, `form`, `popovertarget` and the aria references point
+ * at the app's own elements. Classes are kept only where highlight.js wrote them (see the hook). */
 const PURIFY = {
-  FORBID_TAGS: ['form', 'input', 'button', 'textarea', 'select', 'option', 'iframe', 'frame', 'object', 'embed', 'style', 'link', 'meta', 'base', 'svg', 'math', 'map', 'area'],
-  FORBID_ATTR: ['style', 'formaction', 'action', 'srcset', 'ping'],
+  FORBID_TAGS: [
+    'form', 'input', 'button', 'textarea', 'select', 'option', 'iframe', 'frame', 'object', 'embed', 'style', 'link',
+    'meta', 'base', 'svg', 'math', 'map', 'area', 'audio', 'video', 'source', 'track', 'picture', 'dialog',
+  ],
+  ALLOWED_ATTR: [
+    'href', 'title', 'alt', 'src', 'class', 'lang', 'dir', 'align', 'colspan', 'rowspan', 'scope', 'start', 'reversed',
+    'type', 'open', 'datetime', 'cite', 'width', 'height', 'abbr', 'span',
+  ],
+  ALLOW_DATA_ATTR: false,
+  ALLOW_ARIA_ATTR: false,
   ALLOWED_URI_REGEXP: /^(?:https?:|mailto:|#)/i,
 };
+
+/** The one image source a reply may keep: a raster image carried in the text itself. Any other
+ *  source (https:, a relative path, srcset) would be fetched as the reply is drawn, a beacon
+ *  that can carry what the reply saw in its URL; the CSP (`img-src 'self' data:`) blocks it in
+ *  the app, but the sanitiser does not lean on it. Such an image is drawn as its alt text. */
+const INLINE_IMAGE = /^data:image\/(?:png|gif|jpeg|webp|avif);base64,[a-z0-9+/=\s]*$/i;
+
+/** highlight.js's own classes (`hljs`, `hljs-keyword`, and the `function_` style sub-scopes);
+ *  any other class in model output could dress a reply as a part of the app (`tok src-accepted`,
+ *  `error`, `note`) or be found by the app's own `.class` lookups. */
+const HLJS_CLASS = /^(?:hljs(?:-[a-z0-9_-]+)?|[a-z]+_+)$/i;
 
 let hooked = false;
 
@@ -35,6 +60,14 @@ function purify(html: string): string {
       if (node.tagName === 'A') {
         node.setAttribute('target', '_blank');
         node.setAttribute('rel', 'noopener noreferrer');
+      }
+      const src = node.getAttribute('src');
+      if (src !== null && !(node.tagName === 'IMG' && INLINE_IMAGE.test(src))) node.removeAttribute('src');
+      const cls = node.getAttribute('class');
+      if (cls !== null) {
+        const kept = cls.split(/\s+/).filter((c) => HLJS_CLASS.test(c));
+        if (kept.length) node.setAttribute('class', kept.join(' '));
+        else node.removeAttribute('class');
       }
     });
     hooked = true;
@@ -46,6 +79,13 @@ export function renderMarkdown(text: string, doc: Document = document): Document
   const html = purify(marked.parse(text, { async: false }));
   const template = doc.createElement('template');
   template.innerHTML = html;
+  // An image whose source the sanitiser dropped (anything but an inline raster) becomes its
+  // alt text: nothing is fetched, and the words are not lost.
+  for (const img of template.content.querySelectorAll('img:not([src])')) {
+    const alt = img.getAttribute('alt');
+    if (alt) img.replaceWith(doc.createTextNode(alt));
+    else img.remove();
+  }
   for (const pre of template.content.querySelectorAll('pre')) {
     pre.append(copyButton(doc, codeOf(pre.textContent ?? '')));
   }
