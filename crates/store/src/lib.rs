@@ -4,6 +4,7 @@
 //! appends its tokens (with provenance, p and q) in one transaction every tenth of a second,
 //! so a crash mid-reply loses at most that. WAL journaling keeps those small writes cheap.
 
+use rusqlite::types::Value;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::{de::DeserializeOwned, Serialize};
 use specula_protocol::{ErrorCode, ErrorInfo, GenerationStats, Source, TokenEvent};
@@ -23,6 +24,30 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// The file itself is damaged: SQLite says it is corrupt or not a database. Only then may
+    /// a history be set aside. Everything else (a full disk, a lock another program holds, an
+    /// I/O or permission error) is the machine's state, not the file's: the file is kept as it
+    /// is and opening it again later may well work.
+    pub fn is_damage(&self) -> bool {
+        use rusqlite::ErrorCode::{DatabaseCorrupt, NotADatabase};
+        matches!(self, StoreError::Sqlite(rusqlite::Error::SqliteFailure(e, _)) if matches!(e.code, DatabaseCorrupt | NotADatabase))
+    }
+
+    /// What went wrong, in the words a user needs to act on it.
+    pub fn plainly(&self) -> String {
+        use rusqlite::ErrorCode as C;
+        let StoreError::Sqlite(rusqlite::Error::SqliteFailure(e, _)) = self else { return self.to_string() };
+        match e.code {
+            C::DiskFull => "the disk is full".into(),
+            C::DatabaseBusy | C::DatabaseLocked => "another program holds a lock on it".into(),
+            C::ReadOnly => "it is read-only".into(),
+            C::CannotOpen | C::PermissionDenied => "it cannot be opened (check the folder's permissions)".into(),
+            // SQLite reports a full disk met while sizing its shared-memory file this way.
+            C::SystemIoFailure => "the disk reported an I/O error (it may be full)".into(),
+            _ => self.to_string(),
+        }
+    }
+
     pub fn code(&self) -> &'static str {
         self.error_code().as_str()
     }
@@ -119,13 +144,57 @@ fn set_aside(path: &Path) -> Result<PathBuf> {
             .map_err(|e| StoreError::Invalid(format!("{}: cannot be opened, nor moved aside: {e}", from.display())))
     };
     moved(path, &target)?;
-    for journal in ["-wal", "-shm"] {
-        let from = PathBuf::from(format!("{}{journal}", path.display()));
+    for suffix in ["-wal", "-shm"] {
+        let from = journal(path, suffix);
         if from.exists() {
-            moved(&from, &PathBuf::from(format!("{}{journal}", target.display())))?;
+            moved(&from, &journal(&target, suffix))?;
         }
     }
     Ok(target)
+}
+
+/// How long a statement waits for a lock another connection holds before it fails.
+const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+fn journal(path: &Path, suffix: &str) -> PathBuf {
+    PathBuf::from(format!("{}{suffix}", path.display()))
+}
+
+/// Create `dir` (and its parents) if missing; the history's own folder readable by the user
+/// alone.
+fn private_folder(dir: &Path) -> std::io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
+}
+
+/// Make sure `path` exists readable and writable by the user alone, before SQLite opens it
+/// (SQLite would create it 0644 and its journals after it). An existing history, and its
+/// journals, are narrowed to 0600 too. True when this call created the file.
+fn private_file(path: &Path) -> std::io::Result<bool> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    match options.open(path) {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            #[cfg(unix)]
+            for file in [PathBuf::from(path), journal(path, "-wal"), journal(path, "-shm")] {
+                use std::os::unix::fs::PermissionsExt;
+                if file.exists() {
+                    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600))?;
+                }
+            }
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 fn now_ms() -> i64 {
@@ -145,18 +214,33 @@ pub fn title_from(text: &str) -> String {
 const NEW_TITLE: &str = "New chat";
 
 impl Store {
+    /// Open (or create) the history at `path`. The folder is made readable by the user alone
+    /// and so is the file (SQLite gives its -wal and -shm the file's own mode). A file this
+    /// call created is removed again when it cannot be made a history (a full disk, say):
+    /// an empty file left behind would be adopted by the next start as an empty history.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
-        if let Some(dir) = path.as_ref().parent() {
-            std::fs::create_dir_all(dir)
+        let path = path.as_ref();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            private_folder(dir)
                 .map_err(|e| StoreError::Invalid(format!("{}: cannot create the folder: {e}", dir.display())))?;
         }
-        Self::init(Connection::open(path)?)
+        let created = private_file(path)
+            .map_err(|e| StoreError::Invalid(format!("{}: cannot be created or opened: {e}", path.display())))?;
+        let opened = Connection::open(path).map_err(StoreError::from).and_then(Self::init);
+        if opened.is_err() && created {
+            for leftover in [PathBuf::from(path), journal(path, "-wal"), journal(path, "-shm")] {
+                std::fs::remove_file(leftover).ok();
+            }
+        }
+        opened
     }
 
-    /// Open the history at `path`, whatever is there. A file that cannot be opened as one
-    /// (corrupt, not a database, unreadable) is moved aside with its journal files, kept and
-    /// never deleted, and a fresh history starts in its place: an app that cannot open its
-    /// history must still start, and the user's data must still be there to recover.
+    /// Open the history at `path`, whatever is there. A damaged file (corrupt, not a
+    /// database) is moved aside with its journal files, kept and never deleted, and a fresh
+    /// history starts in its place: an app that cannot open its history must still start, and
+    /// the user's data must still be there to recover. Any other failure (a full disk, a lock
+    /// another program holds) leaves the file as it is and is returned: the caller runs on
+    /// without it and tries again later.
     pub fn open_or_set_aside(path: &Path) -> Result<(Self, Option<SetAside>)> {
         // A file that is not SQLite's is moved before SQLite opens it: a failed open can
         // already have touched its journals.
@@ -166,9 +250,8 @@ impl Store {
         }
         let failure = match Self::open(path) {
             Ok(store) => return Ok((store, None)),
-            // Nothing to move: the folder itself is the problem, and a fresh file would fail too.
-            Err(e) if !path.exists() => return Err(e),
-            Err(e) => e,
+            Err(e) if e.is_damage() => e,
+            Err(e) => return Err(e),
         };
         let moved_to = set_aside(path)?;
         let store = Self::open(path)?;
@@ -180,6 +263,9 @@ impl Store {
     }
 
     fn init(conn: Connection) -> Result<Self> {
+        // Another program reading or writing the file (a backup, a second copy of the app)
+        // holds its lock for a moment: wait that moment out rather than fail at once.
+        conn.busy_timeout(BUSY_TIMEOUT)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         // A streaming reply commits its tokens ten times a second. With WAL, NORMAL syncs at
         // checkpoints only: a crash of the app still loses nothing committed (the WAL is in the
@@ -408,6 +494,68 @@ impl Store {
         Ok(())
     }
 
+    // ----- recovery -----
+
+    /// Copy everything in `session` (the history kept in memory while this file could not be
+    /// opened) into this one, in one transaction: its conversations with their messages and
+    /// tokens, under new ids, and its settings, which are newer than this file's.
+    pub fn absorb(&mut self, session: &Store) -> Result<()> {
+        let tx = self.conn.transaction()?;
+        let from = &session.conn;
+        let conversations = keyed_rows(
+            from,
+            "SELECT id, title, system_prompt, created_at, updated_at FROM conversations ORDER BY id",
+            [],
+        )?;
+        for (old_conversation, row) in conversations {
+            tx.execute(
+                "INSERT INTO conversations (title, system_prompt, created_at, updated_at) VALUES (?1, ?2, ?3, ?4)",
+                rusqlite::params_from_iter(row),
+            )?;
+            let conversation = tx.last_insert_rowid();
+            let messages = keyed_rows(
+                from,
+                "SELECT id, role, content, stats, finish_reason, settings_label, created_at FROM messages
+                 WHERE conversation_id = ?1 ORDER BY id",
+                [old_conversation],
+            )?;
+            for (old_message, row) in messages {
+                let row = std::iter::once(Value::Integer(conversation)).chain(row);
+                tx.execute(
+                    "INSERT INTO messages (conversation_id, role, content, stats, finish_reason, settings_label, created_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    rusqlite::params_from_iter(row),
+                )?;
+                let message = tx.last_insert_rowid();
+                let tokens = keyed_rows(
+                    from,
+                    "SELECT position, token_id, text, source, p, q FROM tokens WHERE message_id = ?1",
+                    [old_message],
+                )?;
+                let mut insert = tx.prepare_cached(
+                    "INSERT INTO tokens (message_id, position, token_id, text, source, p, q) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                )?;
+                for (position, row) in tokens {
+                    let row = [Value::Integer(message), Value::Integer(position)].into_iter().chain(row);
+                    insert.execute(rusqlite::params_from_iter(row))?;
+                }
+            }
+        }
+        let settings: Vec<(String, String)> = {
+            let mut stmt = from.prepare("SELECT key, value FROM settings")?;
+            let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            rows.collect::<rusqlite::Result<_>>()?
+        };
+        for (key, value) in settings {
+            tx.execute(
+                "INSERT INTO settings (key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                params![key, value],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
     // ----- settings -----
 
     pub fn setting<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>> {
@@ -433,6 +581,17 @@ impl Store {
         )?;
         Ok(())
     }
+}
+
+/// The rows `sql` selects, each split into its first column (an integer key) and the rest.
+fn keyed_rows(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Result<Vec<(i64, Vec<Value>)>> {
+    let mut stmt = conn.prepare(sql)?;
+    let columns = stmt.column_count();
+    let rows = stmt.query_map(params, |r| {
+        let rest = (1..columns).map(|i| r.get::<_, Value>(i)).collect::<rusqlite::Result<Vec<_>>>()?;
+        Ok((r.get(0)?, rest))
+    })?;
+    Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
 fn source_name(source: Source) -> &'static str {
@@ -618,5 +777,172 @@ mod tests {
         assert!(store.setting::<serde_json::Value>("s").is_err());
         assert_eq!(store.setting_text("s").unwrap().as_deref(), Some("{not json"));
         assert_eq!(store.setting_text("absent").unwrap(), None);
+    }
+
+    #[test]
+    fn a_history_locked_by_another_program_is_kept_and_opens_once_the_lock_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("specula.db");
+        let mut store = Store::open(&path).unwrap();
+        let c = store.create_conversation().unwrap();
+        store.add_message(c.id, "user", "keep me", None).unwrap();
+        drop(store);
+        // Another program takes the file in rollback mode with an exclusive lock, as a second
+        // app or a backup tool can.
+        let holder = Connection::open(&path).unwrap();
+        holder.pragma_update(None, "journal_mode", "DELETE").unwrap();
+        holder.execute_batch("BEGIN EXCLUSIVE; INSERT INTO settings VALUES ('held', '1');").unwrap();
+
+        let failure = Store::open_or_set_aside(&path).err().expect("the lock is held");
+        assert!(!failure.is_damage(), "{failure}");
+        assert_eq!(failure.plainly(), "another program holds a lock on it");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2, "nothing moved aside: the file and its journal");
+
+        holder.execute_batch("ROLLBACK").unwrap();
+        drop(holder);
+        let (store, aside) = Store::open_or_set_aside(&path).unwrap();
+        assert_eq!(aside, None);
+        assert_eq!(store.conversation(c.id).unwrap().messages[0].content, "keep me");
+    }
+
+    /// A tmpfs of `bytes`, unmounted when dropped; `None` where this process may not mount
+    /// (not root): a full disk is then made by SQLite's page limit alone.
+    struct SmallDisk(tempfile::TempDir);
+
+    impl SmallDisk {
+        fn mount(bytes: usize) -> Option<Self> {
+            let dir = tempfile::tempdir().ok()?;
+            let size = format!("size={bytes}");
+            let mounted = std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", &size, "tmpfs"])
+                .arg(dir.path())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if !mounted {
+                eprintln!("cannot mount a tmpfs here (not root?): the disk-full-at-open case is not run");
+            }
+            mounted.then_some(Self(dir))
+        }
+
+        fn path(&self) -> &Path {
+            self.0.path()
+        }
+
+        /// Fill what is left with a file; removing it gives the space back.
+        fn fill(&self) -> PathBuf {
+            use std::io::Write;
+            let filler = self.path().join("filler");
+            let mut file = std::fs::File::create(&filler).unwrap();
+            while file.write_all(&[0u8; 4096]).is_ok() {}
+            filler
+        }
+    }
+
+    impl Drop for SmallDisk {
+        fn drop(&mut self) {
+            std::process::Command::new("umount").arg(self.0.path()).status().ok();
+        }
+    }
+
+    #[test]
+    fn a_full_disk_at_open_keeps_the_history_and_leaves_no_empty_file() {
+        let Some(disk) = SmallDisk::mount(512 << 10) else { return };
+        let path = disk.path().join("specula.db");
+        let mut store = Store::open(&path).unwrap();
+        let c = store.create_conversation().unwrap();
+        store.add_message(c.id, "user", "my first chat", None).unwrap();
+        drop(store);
+        let before = std::fs::read(&path).unwrap();
+        let filler = disk.fill();
+
+        let failure = Store::open_or_set_aside(&path).err().expect("the disk is full");
+        assert!(!failure.is_damage(), "{failure}");
+        assert!(failure.plainly().contains("full"), "{}", failure.plainly());
+        assert_eq!(std::fs::read(&path).unwrap(), before, "the history is untouched");
+        let names: Vec<_> = std::fs::read_dir(disk.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert!(!names.iter().any(|n| n.to_string_lossy().contains("unreadable")), "{names:?}");
+        // A first start on the full disk leaves nothing the next start could adopt.
+        let fresh = disk.path().join("fresh/specula.db");
+        assert!(Store::open_or_set_aside(&fresh).is_err());
+        assert!(!fresh.exists());
+
+        std::fs::remove_file(filler).unwrap();
+        let (store, aside) = Store::open_or_set_aside(&path).unwrap();
+        assert_eq!(aside, None);
+        assert_eq!(store.conversation(c.id).unwrap().messages[0].content, "my first chat");
+    }
+
+    #[test]
+    fn a_write_on_a_full_disk_fails_plainly_and_succeeds_once_space_returns() {
+        let mut store = Store::open_in_memory().unwrap();
+        let c = store.create_conversation().unwrap();
+        let reply = store.add_message(c.id, "assistant", "", None).unwrap();
+        let pages: i64 = store.conn.query_row("PRAGMA page_count", [], |r| r.get(0)).unwrap();
+        store.conn.pragma_update(None, "max_page_count", pages).unwrap();
+        let many: Vec<_> = (0..2000).map(|_| token("a longer token text ", Source::Target, None, None)).collect();
+        let failure = store.append_tokens(reply.id, &many).unwrap_err();
+        assert_eq!(failure.plainly(), "the disk is full");
+        assert_eq!(store.conversation(c.id).unwrap().messages[0].content, "", "nothing half-written");
+        store.conn.pragma_update(None, "max_page_count", 1 << 20).unwrap();
+        store.append_tokens(reply.id, &many).unwrap();
+        assert_eq!(store.conversation(c.id).unwrap().messages[0].tokens.as_ref().unwrap().len(), 2000);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_history_is_readable_by_its_user_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join("data");
+        let path = folder.join("specula.db");
+        let store = Store::open(&path).unwrap();
+        store.create_conversation().unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&folder), 0o700);
+        for file in [path.clone(), journal(&path, "-wal"), journal(&path, "-shm")] {
+            assert_eq!(mode(&file), 0o600, "{}", file.display());
+        }
+        // A history an older version created 0644 is narrowed when opened.
+        drop(store);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        Store::open(&path).unwrap();
+        assert_eq!(mode(&path), 0o600);
+    }
+
+    #[test]
+    fn a_session_kept_in_memory_is_absorbed_whole_into_the_history() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut history = Store::open(dir.path().join("specula.db")).unwrap();
+        let old = history.create_conversation().unwrap();
+        history.add_message(old.id, "user", "from before", None).unwrap();
+        history.set_setting("theme", &"light").unwrap();
+
+        let mut session = Store::open_in_memory().unwrap();
+        let c = session.create_conversation().unwrap();
+        session.add_message(c.id, "user", "Written while the disk was full", None).unwrap();
+        let reply = session.add_message(c.id, "assistant", "", Some("draft model · k auto")).unwrap();
+        session.append_tokens(reply.id, &[token("Hi", Source::Accepted, Some(0.9), Some(0.7))]).unwrap();
+        let stats = GenerationStats { generated_tokens: 1, ..Default::default() };
+        session.finish_reply(reply.id, Some(&stats), "stop").unwrap();
+        session.set_setting("theme", &"dark").unwrap();
+
+        history.absorb(&session).unwrap();
+        let listed = history.conversations("").unwrap();
+        assert_eq!(listed.len(), 2);
+        let copied = history.conversation(listed.iter().find(|s| s.id != old.id).unwrap().id).unwrap();
+        assert_eq!(copied.title, "Written while the disk was full");
+        assert_eq!(copied.messages.len(), 2);
+        let answer = &copied.messages[1];
+        assert_eq!(answer.content, "Hi");
+        assert_eq!(answer.stats.as_ref(), Some(&stats));
+        assert_eq!(answer.settings_label.as_deref(), Some("draft model · k auto"));
+        assert_eq!(answer.tokens.as_ref().unwrap()[0].q, Some(0.7));
+        assert_eq!(history.conversation(old.id).unwrap().messages[0].content, "from before");
+        assert_eq!(
+            history.setting::<String>("theme").unwrap().as_deref(),
+            Some("dark"),
+            "the session's settings are newer"
+        );
     }
 }
