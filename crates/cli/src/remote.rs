@@ -6,8 +6,9 @@ use crate::run::{chat_loop, options, print_stats, read_file, CliResult, Printer}
 use crate::{ModelArgs, SamplingArgs};
 use clap::Args;
 use specula_engine::{Flow, Generation, Message, TokenSink};
-use specula_remote::{Remote, RemoteEvent, RemoteTicket};
+use specula_remote::{Limits, Remote, RemoteEvent, RemoteTicket};
 use std::path::PathBuf;
+use std::time::Duration;
 
 #[derive(Args, Clone, Default)]
 pub struct RemoteArgs {
@@ -18,6 +19,10 @@ pub struct RemoteArgs {
     /// The remote's API key, read from this file (its first line).
     #[arg(long, requires = "remote")]
     pub api_key_file: Option<PathBuf>,
+    /// How long to wait for the remote's first token (it reads the whole prompt first)
+    /// [default: 600]
+    #[arg(long, requires = "remote", value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub remote_timeout: Option<u64>,
 }
 
 impl RemoteArgs {
@@ -32,7 +37,15 @@ impl RemoteArgs {
             Some(path) => Some(read_file(path)?.lines().next().unwrap_or_default().trim().to_string()),
             None => None,
         };
-        let remote = Remote::new(url, key).map_err(|e| e.to_string())?;
+        let mut limits = Limits::default();
+        if let Some(secs) = self.remote_timeout {
+            limits.first_token = Duration::from_secs(secs);
+            // A remote may send nothing at all while it reads the prompt: the silence allowed
+            // must not cut the wait asked for short.
+            limits.idle = limits.idle.max(limits.first_token);
+            limits.total = limits.total.max(limits.first_token);
+        }
+        let remote = Remote::with_limits(url, key, limits).map_err(|e| e.to_string())?;
         Ok(Some((remote, model.model.to_string_lossy().into_owned())))
     }
 }
@@ -46,7 +59,8 @@ pub fn generate(remote: &Remote, model: &str, messages: &[Message], sampling: &S
     }
     let generation = generation?;
     if json {
-        println!("{}", serde_json::to_string(&generation).map_err(|e| e.to_string())?);
+        let json = serde_json::to_string(&generation).map_err(|e| e.to_string())?;
+        println!("{}", crate::safe_text::printable_json(&json));
     }
     print_stats(&generation);
     Ok(())

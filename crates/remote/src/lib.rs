@@ -4,7 +4,8 @@
 //! treat it like any other.
 //!
 //! The remote is untrusted: every answer is read with bounds (a line, a body, a number of
-//! chunks), every wait has a limit, redirects are refused (the key would follow them to
+//! tokens), every wait has a limit (a reply's first token and its whole, a check's answer),
+//! Stop closes the connection at once, redirects are refused (the key would follow them to
 //! another host), and the key never appears in a `Debug` or an error message.
 
 mod chunk;
@@ -19,6 +20,10 @@ use specula_protocol::{ConnectionCheck, ErrorCode, ErrorInfo, GenerateOptions, M
 use std::io::Read;
 use std::time::{Duration, Instant};
 
+/// The longest a check of a remote ([`Remote::check`]) takes, whatever the remote does: the
+/// app's Connect button waits on it.
+pub const CHECK_LIMIT: Duration = Duration::from_secs(15);
+
 /// Every bound on talking to a remote.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -26,6 +31,12 @@ pub struct Limits {
     /// The longest silence: before the answer's headers (a long prompt being read) and
     /// between two reads of a stream.
     pub idle: Duration,
+    /// The longest wait for a reply's first token, from the request. The remote reads the
+    /// whole prompt first, which on CPUs runs at tens of tokens a second; bytes that carry no
+    /// token (`: keep-alive` comments, blank lines, empty chunks) do not count as progress.
+    pub first_token: Duration,
+    /// The longest a whole reply may take, from the request, whatever the remote streams.
+    pub total: Duration,
     /// The longest line of an event stream (one chunk).
     pub max_line: usize,
     /// The most bytes one reply may stream.
@@ -39,6 +50,10 @@ impl Default for Limits {
         Self {
             connect: Duration::from_secs(10),
             idle: Duration::from_secs(300),
+            // Ten minutes: a 32k-token prompt read at ~60 tokens/s by a large model on CPUs.
+            first_token: Duration::from_secs(600),
+            // An hour: that prefill, then a few thousand tokens at 2 tokens/s.
+            total: Duration::from_secs(3600),
             max_line: 1 << 20,
             max_body: 64 << 20,
             max_small_body: 1 << 20,
@@ -51,7 +66,9 @@ impl Default for Limits {
 pub struct Remote {
     base_url: String,
     key: Option<String>,
-    agent: ureq::Agent,
+    /// Each request gets an agent of its own from this, so that Stop or a deadline can shut
+    /// down that request's connection and nothing else.
+    config: ureq::config::Config,
     limits: Limits,
 }
 
@@ -81,17 +98,34 @@ impl Remote {
             .http_status_as_error(false)
             .user_agent(concat!("specula/", env!("CARGO_PKG_VERSION")))
             .build();
-        Ok(Self { base_url, key, agent: config.into(), limits })
+        Ok(Self { base_url, key, config, limits })
     }
 
     pub fn base_url(&self) -> &str {
         &self.base_url
     }
 
-    /// The remote's models and which engine it is, with the round trip timed.
+    /// `host:port`, for messages.
+    fn host(&self) -> &str {
+        let rest = self.base_url.split_once("://").map_or(self.base_url.as_str(), |(_, rest)| rest);
+        rest.split('/').next().unwrap_or(rest)
+    }
+
+    fn agent(&self) -> ureq::Agent {
+        self.config.clone().into()
+    }
+
+    /// The remote's models and which engine it is, with the round trip timed; within
+    /// [`CHECK_LIMIT`].
     pub fn check(&self) -> ConnectionCheck {
+        self.check_within(CHECK_LIMIT)
+    }
+
+    /// [`Remote::check`] ended after `limit`, whatever the remote does (a server that drips
+    /// its answer a byte at a time included).
+    pub fn check_within(&self, limit: Duration) -> ConnectionCheck {
         let start = Instant::now();
-        let (models, kind, error) = match self.models() {
+        let (models, kind, error) = match self.models_within(limit) {
             Ok((models, kind)) => (models, kind, None),
             Err(e) => (Vec::new(), RemoteKind::OpenAi, Some(e)),
         };
@@ -99,8 +133,35 @@ impl Remote {
         ConnectionCheck { base_url: self.base_url.clone(), models, kind, round_trip_ms, error }
     }
 
-    /// `GET /v1/models`: the ids, and the engine as its cards name their owner.
+    /// `GET /v1/models`: the ids, and the engine as its cards name their owner; within
+    /// [`CHECK_LIMIT`].
     pub fn models(&self) -> Result<(Vec<String>, RemoteKind), ErrorInfo> {
+        self.models_within(CHECK_LIMIT)
+    }
+
+    /// The models, asked on a thread of their own: past `limit` the answer is given up and its
+    /// connection closed, so the caller waits no longer whatever the remote (or its name's
+    /// lookup) does.
+    fn models_within(&self, limit: Duration) -> Result<(Vec<String>, RemoteKind), ErrorInfo> {
+        let agent = self.agent();
+        let (sender, answer) = flume::bounded(1);
+        let (remote, asking) = (self.clone(), agent.clone());
+        std::thread::Builder::new()
+            .name("remote-check".into())
+            .spawn(move || sender.send(remote.list_models(&asking)))
+            .map_err(|e| ErrorInfo::internal(format!("starting a remote check: {e}")))?;
+        match answer.recv_timeout(limit) {
+            Ok(listed) => listed,
+            Err(flume::RecvTimeoutError::Timeout) => {
+                agent.shutdown();
+                let why = format!("{} did not answer within {}", self.host(), ticket::seconds(limit));
+                Err(ErrorInfo::new(ErrorCode::Timeout, why))
+            }
+            Err(flume::RecvTimeoutError::Disconnected) => Err(ErrorInfo::internal("the remote check ended early")),
+        }
+    }
+
+    fn list_models(&self, agent: &ureq::Agent) -> Result<(Vec<String>, RemoteKind), ErrorInfo> {
         #[derive(Deserialize)]
         struct List {
             data: Vec<Card>,
@@ -111,7 +172,7 @@ impl Remote {
             #[serde(default)]
             owned_by: String,
         }
-        let request = self.agent.get(format!("{}/models", self.base_url));
+        let request = agent.get(format!("{}/models", self.base_url));
         let response = self.authorized(request).call().map_err(|e| ureq_error(&e))?;
         let body = self.read_small(self.successful(response)?)?;
         let list: List = serde_json::from_str(&body)
@@ -125,29 +186,44 @@ impl Remote {
     }
 
     /// Start a streamed chat reply; its events (and any failure, even to connect) come on the
-    /// ticket, which can be stopped at once.
+    /// ticket, which can be stopped at once. A thread reads the stream; another holds the
+    /// reply to its deadlines ([`Limits::first_token`], [`Limits::total`]).
     pub fn chat(&self, model: &str, messages: &[Message], options: &GenerateOptions) -> RemoteTicket {
-        let (ticket, outlet) = RemoteTicket::new();
+        let agent = self.agent();
+        let (ticket, outlet) = RemoteTicket::new(agent.clone());
         let body = request_body(model, messages, options).to_string();
         let remote = self.clone();
         let max_tokens = options.max_tokens;
+        // Dropped when the reading thread ends, which ends the watch.
+        let (reading, finished) = flume::bounded::<()>(0);
         let spawned = std::thread::Builder::new().name("remote-reply".into()).spawn({
             let outlet = outlet.clone();
-            move || match remote.post_stream(&body) {
-                Ok(reader) if !outlet.is_cancelled() => stream::read_reply(&outlet, reader, &remote.limits, max_tokens),
-                Ok(_) => {}
-                Err(error) => outlet.end(RemoteEvent::Failed(error)),
+            move || {
+                let _reading = reading;
+                match remote.post_stream(&agent, &body) {
+                    Ok(reader) if !outlet.is_cancelled() => {
+                        stream::read_reply(&outlet, reader, &remote.limits, max_tokens)
+                    }
+                    Ok(_) => {}
+                    Err(error) => outlet.end(RemoteEvent::Failed(error)),
+                }
             }
         });
-        if let Err(e) = spawned {
-            outlet.end(RemoteEvent::Failed(ErrorInfo::internal(format!("starting a remote reply: {e}"))));
+        let (limits, host) = (self.limits, self.host().to_string());
+        let watched = spawned.and_then(|_| {
+            let outlet = outlet.clone();
+            std::thread::Builder::new()
+                .name("remote-deadlines".into())
+                .spawn(move || ticket::watch(&outlet, &finished, &limits, &host))
+        });
+        if let Err(e) = watched {
+            outlet.fail(ErrorInfo::internal(format!("starting a remote reply: {e}")));
         }
         ticket
     }
 
-    fn post_stream(&self, body: &str) -> Result<impl Read, ErrorInfo> {
-        let request = self
-            .agent
+    fn post_stream(&self, agent: &ureq::Agent, body: &str) -> Result<impl Read, ErrorInfo> {
+        let request = agent
             .post(format!("{}/chat/completions", self.base_url))
             .header("Content-Type", "application/json")
             .header("Accept", "text/event-stream");

@@ -6,6 +6,7 @@ use crate::chunk::{self, Chunk, Extension, Timings, Usage};
 use crate::sse::{Line, SseError, SseReader};
 use crate::ticket::{Outlet, RemoteEvent, RemoteReply};
 use crate::{bad, Limits};
+use specula_protocol::limits::MAX_ALTERNATIVES;
 use specula_protocol::{
     ErrorCode, ErrorInfo, FinishReason, RemoteKind, Source, SpeculativeStats, StepEvent, TokenEvent,
 };
@@ -36,11 +37,10 @@ pub(crate) fn read_reply(outlet: &Outlet, body: impl Read, limits: &Limits, max_
 fn read_chunks(outlet: &Outlet, body: impl Read, limits: &Limits, max_tokens: usize) -> Result<Ending, ErrorInfo> {
     let mut sse = SseReader::new(body, limits.max_line, limits.max_body);
     let mut ending = Ending::default();
-    // A remote may send a few chunks per token (Specula's step figures, role and usage
-    // chunks), never many more than it was asked for: past this the stream is endless.
-    let max_chunks = max_tokens.saturating_mul(3).saturating_add(64);
-    let mut chunks = 0usize;
+    let budget = Budget::new(max_tokens);
     let mut saw_data = false;
+    // Chunks without tokens are not counted: they are bounded by the body's size and the
+    // reply's total deadline.
     while let Some(line) = sse.next_line().map_err(stream_error)? {
         if outlet.is_cancelled() {
             return Ok(ending);
@@ -51,13 +51,9 @@ fn read_chunks(outlet: &Outlet, body: impl Read, limits: &Limits, max_tokens: us
             ending.done = true;
             break;
         }
-        chunks += 1;
-        if chunks > max_chunks {
-            return Err(bad(format!("the remote kept streaming past the {max_tokens} tokens asked for; stopped")));
-        }
         let chunk: Chunk = serde_json::from_str(&data)
             .map_err(|_| bad(format!("the remote sent a chunk that is not OpenAI JSON: {}", preview(&data))))?;
-        take_chunk(outlet, chunk, &mut ending)?;
+        take_chunk(outlet, chunk, &mut ending, &budget)?;
     }
     if !saw_data {
         return Err(bad("the remote's answer is not an event stream (is the URL an OpenAI API?)".into()));
@@ -68,7 +64,32 @@ fn read_chunks(outlet: &Outlet, body: impl Read, limits: &Limits, max_tokens: us
     Ok(ending)
 }
 
-fn take_chunk(outlet: &Outlet, chunk: Chunk, ending: &mut Ending) -> Result<(), ErrorInfo> {
+/// How many tokens a reply may bring: what was asked for, with some slack. A text delta is
+/// not always exactly one of the remote's tokens (a character split over two deltas, text
+/// held back while a stop string might match and then sent in pieces), so a remote that keeps
+/// to `max_tokens` may send a few more events; one that runs away is stopped at 5% + 16 past
+/// it, however its chunks are cut (one Specula chunk can carry thousands of tokens).
+struct Budget {
+    max_tokens: usize,
+    bound: usize,
+}
+
+impl Budget {
+    fn new(max_tokens: usize) -> Self {
+        Self { max_tokens, bound: max_tokens.saturating_add(max_tokens / 20).saturating_add(16) }
+    }
+
+    /// Room for one more token, or the error that ends the reply (the tokens sent are kept).
+    fn admit(&self, outlet: &Outlet) -> Result<(), ErrorInfo> {
+        if outlet.tally().tokens < self.bound {
+            return Ok(());
+        }
+        let (bound, asked) = (self.bound, self.max_tokens);
+        Err(bad(format!("the remote sent more than {bound} tokens for max_tokens {asked}; the reply was stopped")))
+    }
+}
+
+fn take_chunk(outlet: &Outlet, chunk: Chunk, ending: &mut Ending, budget: &Budget) -> Result<(), ErrorInfo> {
     if let Some(error) = &chunk.error {
         let message = chunk::error_message(error).unwrap_or_else(|| preview(&error.to_string()));
         return Err(ErrorInfo::new(ErrorCode::RemoteError, format!("the remote failed: {message}")));
@@ -82,9 +103,9 @@ fn take_chunk(outlet: &Outlet, chunk: Chunk, ending: &mut Ending) -> Result<(), 
     match chunk.specula {
         Some(extension) => {
             ending.kind = Some(RemoteKind::Specula);
-            take_extension(outlet, extension, ending);
+            take_extension(outlet, extension, ending, budget)?;
         }
-        None => take_text(outlet, choice.delta.content.unwrap_or_default()),
+        None => take_text(outlet, choice.delta.content.unwrap_or_default(), budget)?,
     }
     if let Some(name) = choice.finish_reason {
         ending.finish = Some(chunk::finish_reason(&name));
@@ -94,8 +115,17 @@ fn take_chunk(outlet: &Outlet, chunk: Chunk, ending: &mut Ending) -> Result<(), 
 
 /// A Specula remote: its tokens with their provenance, and its step figures with the rate
 /// measured here.
-fn take_extension(outlet: &Outlet, extension: Extension, ending: &mut Ending) {
-    for token in extension.tokens {
+fn take_extension(
+    outlet: &Outlet,
+    extension: Extension,
+    ending: &mut Ending,
+    budget: &Budget,
+) -> Result<(), ErrorInfo> {
+    for mut token in extension.tokens {
+        budget.admit(outlet)?;
+        // Alternatives only inform the display, most likely first: past the protocol's limit
+        // the rest are dropped, and the token (which is sound) is kept.
+        token.alternatives.truncate(MAX_ALTERNATIVES);
         outlet.tally().add(&token.text);
         outlet.send(RemoteEvent::Token(token));
     }
@@ -106,14 +136,16 @@ fn take_extension(outlet: &Outlet, extension: Extension, ending: &mut Ending) {
     if extension.stats.is_some() {
         ending.remote_stats = extension.stats;
     }
+    Ok(())
 }
 
 /// Any other remote: each text delta is one token of unknown id, decoded as far as the
 /// client can tell by the target alone.
-fn take_text(outlet: &Outlet, text: String) {
+fn take_text(outlet: &Outlet, text: String, budget: &Budget) -> Result<(), ErrorInfo> {
     if text.is_empty() {
-        return;
+        return Ok(());
     }
+    budget.admit(outlet)?;
     let (generated, rate) = {
         let mut tally = outlet.tally();
         tally.add(&text);
@@ -131,6 +163,7 @@ fn take_text(outlet: &Outlet, text: String) {
         plain_steps: 0,
         acceptance_rate: None,
     }));
+    Ok(())
 }
 
 /// The reply's statistics: rates and times measured here; token counts and speculative

@@ -1,7 +1,9 @@
 //! A remote reply in flight: its events arrive over a channel from the thread that reads the
-//! stream, and Stop ends it at once, whatever the remote is doing.
+//! stream, and Stop or a deadline ends it at once and closes its connection, whatever the
+//! remote is doing.
 
-use specula_protocol::{ErrorInfo, FinishReason, GenerationStats, StepEvent, TokenEvent};
+use crate::Limits;
+use specula_protocol::{ErrorCode, ErrorInfo, FinishReason, GenerationStats, StepEvent, TokenEvent};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -78,11 +80,15 @@ impl Tally {
     }
 }
 
-/// Shared by the ticket and the reading thread: exactly one of them ends the reply.
+/// Shared by the ticket, the reading thread and the deadlines' watch: exactly one of them
+/// ends the reply.
 pub(crate) struct Outlet {
     sender: Mutex<Option<flume::Sender<RemoteEvent>>>,
     cancelled: AtomicBool,
     tally: Mutex<Tally>,
+    /// This reply's own agent: shutting it down closes the reply's socket, which wakes the
+    /// reading thread from a blocked read (no other reply shares it).
+    agent: ureq::Agent,
 }
 
 impl Outlet {
@@ -106,6 +112,48 @@ impl Outlet {
     pub fn tally(&self) -> std::sync::MutexGuard<'_, Tally> {
         self.tally.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// End the reply with this error and close its connection now.
+    pub fn fail(&self, error: ErrorInfo) {
+        self.end(RemoteEvent::Failed(error));
+        self.close();
+    }
+
+    /// Close the reply's connection (and refuse one not yet made): the reading thread's read
+    /// returns at once and the thread ends.
+    fn close(&self) {
+        self.agent.clone().shutdown();
+    }
+}
+
+/// Hold a reply to its deadlines, from the request on; `finished` disconnects when the reading
+/// thread ends, which ends the watch. Deadlines are fixed instants: nothing the remote sends
+/// moves them, so comment lines (`: keep-alive`) and blank lines buy no time, and a first
+/// token is the only progress that lifts the first one.
+pub(crate) fn watch(outlet: &Outlet, finished: &flume::Receiver<()>, limits: &Limits, host: &str) {
+    let start = Instant::now();
+    let first_token = limits.first_token.min(limits.total);
+    if !timed_out(finished, start + first_token) {
+        return;
+    }
+    if outlet.tally().tokens == 0 && limits.first_token < limits.total {
+        let why = format!("no first token from {host} within {}", seconds(limits.first_token));
+        return outlet.fail(ErrorInfo::new(ErrorCode::Timeout, why));
+    }
+    if timed_out(finished, start + limits.total) {
+        let why = format!("the reply from {host} ran past its {} limit", seconds(limits.total));
+        outlet.fail(ErrorInfo::new(ErrorCode::Timeout, why));
+    }
+}
+
+/// Whether `deadline` came before the reading thread ended.
+fn timed_out(finished: &flume::Receiver<()>, deadline: Instant) -> bool {
+    matches!(finished.recv_deadline(deadline), Err(flume::RecvTimeoutError::Timeout))
+}
+
+/// `600 s`, `1.5 s`.
+pub(crate) fn seconds(duration: Duration) -> String {
+    format!("{} s", duration.as_secs_f64())
 }
 
 /// A remote reply: read its events, stop it at any time.
@@ -115,18 +163,19 @@ pub struct RemoteTicket {
 }
 
 impl RemoteTicket {
-    pub(crate) fn new() -> (Self, Arc<Outlet>) {
+    pub(crate) fn new(agent: ureq::Agent) -> (Self, Arc<Outlet>) {
         let (sender, events) = flume::unbounded();
         let outlet = Arc::new(Outlet {
             sender: Mutex::new(Some(sender)),
             cancelled: AtomicBool::new(false),
             tally: Mutex::new(Tally::new()),
+            agent,
         });
         (Self { events, outlet: outlet.clone() }, outlet)
     }
 
-    /// Stop the reply now: it ends with what has arrived, marked cancelled, and the stream is
-    /// closed as soon as its reading thread wakes (at the next chunk, or its idle timeout).
+    /// Stop the reply now: it ends with what has arrived, marked cancelled, and its connection
+    /// is closed at once (the reading thread wakes and ends).
     pub fn cancel(&self) {
         self.canceller().cancel();
     }
@@ -169,5 +218,6 @@ impl Canceller {
             (tally.text.clone(), tally.stats())
         };
         self.0.end(RemoteEvent::Done(RemoteReply { text, finish_reason: FinishReason::Cancelled, stats }));
+        self.0.close();
     }
 }

@@ -1,13 +1,15 @@
 //! The remote client against a stand-in server that misbehaves on purpose: down, a wrong
 //! key, a redirect to another host, a stream cut mid-reply, silence, malformed and non-JSON
-//! chunks, a 100 MB line, an endless stream and an error inside the stream. Each ends in one
-//! clear error (or, for Stop, at once), with the tokens already streamed kept.
+//! chunks, a 100 MB line, an endless stream, a flood of tokens in one chunk, keep-alive
+//! comments dripped for ever, a model list dripped a byte at a time and an error inside the
+//! stream. Each ends in one clear error (or, for Stop, at once), with the tokens already
+//! streamed kept.
 
 use specula_protocol::{ErrorCode, FinishReason, GenerateOptions, Message, Role};
 use specula_remote::{Limits, Remote, RemoteEvent, RemoteTicket};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -76,9 +78,36 @@ fn limits() -> Limits {
 }
 
 fn ask(url: &str, key: Option<&str>) -> RemoteTicket {
-    let remote = Remote::with_limits(url, key.map(String::from), limits()).unwrap();
-    let options = GenerateOptions { max_tokens: 16, ..Default::default() };
+    ask_with(url, key, limits(), 16)
+}
+
+fn ask_with(url: &str, key: Option<&str>, limits: Limits, max_tokens: usize) -> RemoteTicket {
+    let remote = Remote::with_limits(url, key.map(String::from), limits).unwrap();
+    let options = GenerateOptions { max_tokens, ..Default::default() };
     remote.chat("m", &[Message::new(Role::User, "hi")], &options)
+}
+
+/// A chunk of `specula serve`'s extension carrying `tokens` tokens, each with `alternatives`.
+fn specula_chunk(tokens: usize, alternatives: usize) -> String {
+    let alternative = r#"{"id":2,"text":"b","p":0.1}"#;
+    let alternatives = vec![alternative; alternatives].join(",");
+    let token = format!(r#"{{"id":1,"text":"a","source":"target","alternatives":[{alternatives}]}}"#);
+    let tokens = vec![token.as_str(); tokens].join(",");
+    format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{{}}}}],\"specula\":{{\"tokens\":[{tokens}]}}}}\n\n")
+}
+
+/// Write a `: keep-alive` comment `every` so long, and between two listen for the client
+/// closing the connection (its end of file, or a reset); then set `closed`.
+fn drip_comments(s: &mut TcpStream, every: Duration, closed: &AtomicBool) {
+    s.set_read_timeout(Some(every)).unwrap();
+    while s.write_all(b": keep-alive\n\n").and_then(|_| s.flush()).is_ok() {
+        match s.read(&mut [0; 64]) {
+            Ok(0) => break,
+            Err(e) if !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => break,
+            _ => {}
+        }
+    }
+    closed.store(true, Ordering::SeqCst);
 }
 
 /// The tokens' texts and how the reply ended.
@@ -232,8 +261,101 @@ fn an_endless_stream_is_stopped_past_what_was_asked_for() {
     let (texts, end) = outcome(ask(&server.url, None));
     let error = end.unwrap_err();
     assert_eq!(error.code, ErrorCode::BadResponse);
-    assert!(error.message.contains("kept streaming past the 16 tokens"), "{}", error.message);
-    assert!(texts.len() <= 16 * 3 + 64, "{}", texts.len());
+    // 16 asked for, 5% + 16 of slack.
+    assert!(error.message.contains("more than 32 tokens for max_tokens 16"), "{}", error.message);
+    assert_eq!(texts.len(), 32);
+}
+
+#[test]
+fn a_flood_of_tokens_in_one_chunk_is_stopped_at_the_bound_and_keeps_what_came_within_it() {
+    let flood = specula_chunk(100_000, 0);
+    let server = standin(move |s, _| {
+        let _ = write!(s, "{SSE_HEAD}{flood}data: [DONE]\n\n");
+    });
+    // A line large enough for the whole chunk, so that the token bound is what stops it.
+    let limits = Limits { max_line: 16 << 20, ..limits() };
+    let started = Instant::now();
+    let (texts, end) = outcome(ask_with(&server.url, None, limits, 5));
+    let error = end.unwrap_err();
+    assert_eq!(error.code, ErrorCode::BadResponse);
+    assert!(error.message.contains("more than 21 tokens for max_tokens 5; the reply was stopped"), "{}", error.message);
+    assert_eq!(texts.len(), 21);
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+}
+
+#[test]
+fn alternatives_past_the_protocols_limit_are_dropped() {
+    let server = standin(|s, _| {
+        let _ = write!(s, "{SSE_HEAD}{}data: [DONE]\n\n", specula_chunk(2, 500));
+    });
+    let ticket = ask(&server.url, None);
+    let mut counts = Vec::new();
+    while let Some(event) = ticket.recv() {
+        match event {
+            RemoteEvent::Token(t) => counts.push(t.alternatives.len()),
+            RemoteEvent::Done(_) => break,
+            RemoteEvent::Failed(e) => panic!("{e}"),
+            RemoteEvent::Step(_) => {}
+        }
+    }
+    assert_eq!(counts, [specula_protocol::MAX_ALTERNATIVES; 2]);
+}
+
+#[test]
+fn keep_alive_comments_do_not_hold_off_the_first_token_deadline() {
+    let server = standin(|s, _| {
+        let _ = write!(s, "{SSE_HEAD}");
+        drip_comments(s, Duration::from_millis(100), &AtomicBool::new(false));
+    });
+    let limits = Limits { first_token: Duration::from_secs(1), ..limits() };
+    let started = Instant::now();
+    let (texts, end) = outcome(ask_with(&server.url, None, limits, 16));
+    let error = end.unwrap_err();
+    assert!(texts.is_empty());
+    assert_eq!(error.code, ErrorCode::Timeout);
+    let host = server.url.trim_start_matches("http://");
+    assert_eq!(error.message, format!("no first token from {host} within 1 s"));
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+}
+
+#[test]
+fn a_reply_that_drips_comments_after_a_token_ends_at_its_total_deadline() {
+    let server = standin(|s, _| {
+        let _ = write!(s, "{SSE_HEAD}{}", chunk("one"));
+        drip_comments(s, Duration::from_millis(100), &AtomicBool::new(false));
+    });
+    let limits = Limits { first_token: Duration::from_secs(1), total: Duration::from_millis(1500), ..limits() };
+    let started = Instant::now();
+    let (texts, end) = outcome(ask_with(&server.url, None, limits, 16));
+    let error = end.unwrap_err();
+    assert_eq!(texts, ["one"]);
+    assert_eq!(error.code, ErrorCode::Timeout);
+    assert!(error.message.ends_with("ran past its 1.5 s limit"), "{}", error.message);
+    assert!(started.elapsed() < Duration::from_secs(6), "{:?}", started.elapsed());
+}
+
+#[test]
+fn stop_during_a_dripping_stream_closes_its_connection_at_once() {
+    let closed = Arc::new(AtomicBool::new(false));
+    let seen = closed.clone();
+    // A comment every 5 s: the reading thread, blocked between two, would notice Stop only
+    // at the next one if its socket were not closed under it.
+    let server = standin(move |s, _| {
+        let _ = write!(s, "{SSE_HEAD}{}", chunk("one"));
+        drip_comments(s, Duration::from_secs(5), &seen);
+    });
+    let limits = Limits { idle: Duration::from_secs(30), ..limits() };
+    let ticket = ask_with(&server.url, None, limits, 16);
+    assert!(matches!(ticket.recv(), Some(RemoteEvent::Token(_))));
+    std::thread::sleep(Duration::from_millis(300));
+    let stopped = Instant::now();
+    ticket.cancel();
+    assert_eq!(outcome(ticket).1.unwrap(), FinishReason::Cancelled);
+    // The server sees the connection closed at once, not at its next comment.
+    while !closed.load(Ordering::SeqCst) {
+        assert!(stopped.elapsed() < Duration::from_secs(3), "the connection is still open");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
@@ -266,4 +388,38 @@ fn a_model_list_is_read_within_bounds_and_names_the_engine() {
     let huge = standin(|s, _| answer(s, "200 OK", "application/json", &"[".repeat(2 << 20)));
     let check = Remote::with_limits(&huge.url, None, limits()).unwrap().check();
     assert_eq!(check.error.unwrap().code, ErrorCode::BadResponse);
+}
+
+#[test]
+fn a_model_list_dripped_a_byte_a_second_ends_the_check_at_its_limit() {
+    assert_eq!(specula_remote::CHECK_LIMIT, Duration::from_secs(15));
+    let closed = Arc::new(AtomicBool::new(false));
+    let seen = closed.clone();
+    let server = standin(move |s, _| {
+        let body = r#"{"object":"list","data":[{"id":"qwen","owned_by":"llamacpp"}]}"#;
+        let head =
+            format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n", body.len());
+        for byte in head.bytes().chain(body.bytes()) {
+            if s.write_all(&[byte]).and_then(|_| s.flush()).is_err() {
+                seen.store(true, Ordering::SeqCst);
+                return;
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    });
+    // The idle limit (2 s) never fires: a byte comes every second.
+    let remote = Remote::with_limits(&server.url, None, limits()).unwrap();
+    let started = Instant::now();
+    let check = remote.check_within(Duration::from_secs(2));
+    let error = check.error.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert_eq!(error.code, ErrorCode::Timeout);
+    let host = server.url.trim_start_matches("http://");
+    assert_eq!(error.message, format!("{host} did not answer within 2 s"));
+    assert!(check.models.is_empty());
+    // And its connection was closed rather than left to drip.
+    while !closed.load(Ordering::SeqCst) {
+        assert!(started.elapsed() < Duration::from_secs(8), "the check's connection is still open");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
