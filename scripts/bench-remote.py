@@ -171,7 +171,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--app", required=True)
     parser.add_argument("--cli", required=True)
-    parser.add_argument("--llama-server", default=str(Path.home() / ".cache/specula/llama.cpp/build-server/bin/llama-server"))
+    parser.add_argument("--llama-server", help="default: the one scripts/llama-cpp.sh --server builds for this CPU")
     parser.add_argument("--engine", choices=["specula", "llama"], default="specula")
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--repeat", type=int, default=5)
@@ -179,6 +179,9 @@ def main() -> int:
     parser.add_argument("--screenshot")
     parser.add_argument("--app-log", type=Path, help="the app's and the driver's log")
     args = parser.parse_args()
+    if args.engine == "llama" and not args.llama_server:
+        built = subprocess.run([str(ROOT / "scripts/llama-cpp.sh"), "--server"], capture_output=True, text=True, check=True)
+        args.llama_server = str(Path(built.stdout.strip()) / "llama-server")
     port = free_port()
     remote, model = start_remote(args.engine, args.cli, args.llama_server, port)
     app = None

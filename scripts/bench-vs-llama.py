@@ -226,26 +226,28 @@ def main():
     args = ap.parse_args()
 
     bin_dir = Path(run([ROOT / "scripts" / "llama-cpp.sh"] + (["--server"] if args.drafters else [])).stdout.strip())
+    # What llama.cpp build every figure below stands beside: version, CPU, flags, cmake options.
+    llama_build = json.loads((bin_dir / "build-info.json").read_text())
     run(["cargo", "build", "--quiet", "--release", "-p", "specula-cli"], cwd=ROOT)
     specula = TARGET_DIR / "release" / "specula"
     if args.drafters:
         rows, summary = drafters_run(specula, bin_dir, args.limit, args.rounds, args.tokens)
         report = {"command": f"scripts/bench-vs-llama.py --drafters --limit {args.limit} --rounds {args.rounds} --tokens {args.tokens}",
                   "cpu": cpu(), "date": time.strftime("%Y-%m-%d %H:%M"), "threads": int(THREADS), "tokens": args.tokens,
-                  "llama_cpp": "llama-cpp-python 0.3.36 sdist's vendored tree, scripts/llama-cpp.sh --server (Release, GGML_NATIVE)",
+                  "llama_cpp": llama_build,
                   "drafter_rows": rows, "summary": summary}
         (ROOT / "bench" / "drafters-vs-llama.json").write_text(json.dumps(report, indent=2) + "\n")
         print(json.dumps(summary, indent=2))
         return 0
     if args.speed_only:
         report = {"command": f"scripts/bench-vs-llama.py --speed-only --rounds {args.rounds}", "cpu": cpu(),
-                  "llama_cpp": "llama-cpp-python 0.3.36 sdist's vendored tree, scripts/llama-cpp.sh (Release, GGML_NATIVE)",
+                  "llama_cpp": llama_build,
                   "date": time.strftime("%Y-%m-%d %H:%M"), "rounds": speed_rounds(specula, bin_dir, args.rounds)}
         (ROOT / "bench" / "speed-vs-llama.json").write_text(json.dumps(report, indent=2) + "\n")
         return 0
     command = f"scripts/bench-vs-llama.py{' --prompts-only' if args.prompts_only else ''} --limit {args.limit} --tokens {args.tokens}"
     report = {"command": command, "cpu": cpu(), "date": time.strftime("%Y-%m-%d %H:%M"), "threads": int(THREADS),
-              "llama_cpp": "llama-cpp-python 0.3.36 sdist's vendored tree, scripts/llama-cpp.sh (Release, GGML_NATIVE)",
+              "llama_cpp": llama_build,
               "tokens": args.tokens, "speed": [], "prompts": []}
 
     # 1. llama-bench vs specula speed, alternating which goes first each round.

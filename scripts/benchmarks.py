@@ -190,6 +190,16 @@ SECTIONS = {
 }
 
 
+
+def llama_build(build) -> str:
+    """The llama.cpp build a figure stands beside: a sentence (older files), or the
+    build-info.json scripts/llama-cpp.sh writes (version, compiler, ISA options)."""
+    if isinstance(build, str):
+        return build
+    isa = " ".join(o.removeprefix("-D").removesuffix("=ON") for o in build["cmake_options"]
+                   if o.startswith("-DGGML_") and o.endswith("=ON"))
+    return f"llama-cpp-python {build['llama_cpp_python']}'s tree, Release, {isa}, {build['compiler']}"
+
 def cpu_line(data: dict) -> str:
     cpu = data.get("cpu")
     if isinstance(cpu, dict):
@@ -238,7 +248,7 @@ def llama_tables(data: dict) -> str:
 
     rows = [[r["model"], r.get("depth", 0), r["round"], *cells(r, "pp512"), *cells(r, "tg128")] for r in data["rounds"]]
     header = ["model", "depth", "round", "llama.cpp pp512", "Specula pp512", "ratio", "llama.cpp tg128", "Specula tg128", "ratio"]
-    return f"llama.cpp: {data['llama_cpp']}.\n\n" + table(header, rows)
+    return f"llama.cpp: {llama_build(data['llama_cpp'])}.\n\n" + table(header, rows)
 
 
 def prompt_tables(data: dict) -> str:
@@ -252,7 +262,7 @@ def prompt_tables(data: dict) -> str:
                      ratio(s["auto_vs_plain"]), s["identical"] + (f" (lookup {s['lookup_identical']})" if "lookup_identical" in s else "")])
     header = ["set", "llama.cpp plain", "Specula plain", "ratio", "llama.cpp speculative", "Specula auto k", "ratio",
               "Specula auto / plain", "identical to plain"]
-    return f"llama.cpp: {data['llama_cpp']}. {data['tokens']} tokens per reply.\n\n" + table(header, rows)
+    return f"llama.cpp: {llama_build(data['llama_cpp'])}. {data['tokens']} tokens per reply.\n\n" + table(header, rows)
 
 
 def vocab_table(data: dict) -> str:
