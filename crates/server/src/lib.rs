@@ -5,6 +5,11 @@
 //! JSON body or SSE chunks. A client that disconnects drops its ticket, which cancels the
 //! reply wherever it is (queued, reading the prompt, decoding); a full queue answers 503 with
 //! Retry-After; a request past `request_timeout` is cancelled.
+//!
+//! A request body is read whole before it waits for a parser, within a deadline (408 past it,
+//! [`listen::Admission`]), and waits for a parser a bounded time (503 with Retry-After past
+//! it): slow or many bodies cannot freeze the API, and `/health` says `degraded` while
+//! requests are being turned away.
 
 pub mod api;
 pub mod listen;
@@ -43,23 +48,31 @@ pub struct ServerConfig {
 /// The largest request body accepted (a long chat fits many times over).
 pub const MAX_BODY_BYTES: usize = 8 << 20;
 
-/// Request bodies being read and parsed at once. Each may be [`MAX_BODY_BYTES`] and parse
-/// into several times that; the rest wait their turn, holding no more than their socket's
-/// buffers.
+/// Request bodies parsed at once by default ([`listen::Admission::parsers`]). Each may be
+/// [`MAX_BODY_BYTES`] and parse into several times that; the rest wait their turn (bounded:
+/// [`listen::Admission::parse_wait`]) with their body read.
 pub const BODIES_PARSED_AT_ONCE: usize = 2;
 
 struct AppState {
     engine: EngineHandle,
     config: ServerConfig,
-    parsing: tokio::sync::Semaphore,
+    admission: listen::Admission,
+    parsers: Parsers,
 }
 
 type Shared = Arc<AppState>;
 
-/// The router over an engine service.
+/// The router over an engine service, with [`listen::Admission::default`].
 pub fn router(engine: EngineHandle, config: ServerConfig) -> Router {
+    router_with(engine, config, listen::Admission::default())
+}
+
+/// The router over an engine service. Serve it with [`listen::serve_with`] and the same
+/// `admission`.
+pub fn router_with(engine: EngineHandle, config: ServerConfig, admission: listen::Admission) -> Router {
     let ui_dir = config.ui_dir.clone();
-    let state = Arc::new(AppState { engine, config, parsing: tokio::sync::Semaphore::new(BODIES_PARSED_AT_ONCE) });
+    let parsers = Parsers::new(admission.parsers);
+    let state = Arc::new(AppState { engine, config, admission, parsers });
     // The key is checked before a body is read: a client without it costs no parsing.
     let keyed = Router::new()
         .route("/v1/models", get(models))
@@ -97,17 +110,140 @@ async fn require_key(State(state): State<Shared>, request: HttpRequest, next: Ne
     }
 }
 
-/// A JSON body, read and parsed within the server's budget ([`BODIES_PARSED_AT_ONCE`]).
+/// A JSON body: read whole within the body deadline, holding nothing shared, then parsed in
+/// one of the server's parser turns ([`listen::Admission`]).
 struct Body<T>(T);
 
 impl<T: serde::de::DeserializeOwned> axum::extract::FromRequest<Shared> for Body<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: HttpRequest, state: &Shared) -> Result<Self, ApiError> {
-        let _turn = state.parsing.acquire().await.map_err(|_| {
-            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "shutting_down", "The server is stopping")
-        })?;
+        let (parts, body) = request.into_parts();
+        let bytes =
+            read_body(&parts.headers, body, state.config.limits.body_timeout, state.admission.min_body_rate).await?;
+        let _turn = state.parsers.turn(state.admission.parse_wait).await?;
+        let request = HttpRequest::from_parts(parts, axum::body::Body::from(bytes));
         parse(Json::<T>::from_request(request, state).await).map(Body)
+    }
+}
+
+/// The whole body, or 413 past [`MAX_BODY_BYTES`], or 408 when it falls behind its deadline:
+/// `grace`, then `min_rate` bytes a second on average ([`listen::Admission`] explains why).
+async fn read_body(
+    headers: &HeaderMap,
+    body: axum::body::Body,
+    grace: Duration,
+    min_rate: usize,
+) -> Result<axum::body::Bytes, ApiError> {
+    use futures_util::StreamExt;
+    // A body announced past the cap is still read up to it before the 413, as axum's own
+    // limit does: a client that writes its whole body before reading (most do) then reads the
+    // 413 rather than a broken pipe.
+    let announced = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let started = tokio::time::Instant::now();
+    let min_rate = min_rate.max(1) as f64;
+    // Grown as bytes come, not sized by what the head announces: an announced 8 MB costs
+    // nothing until it is sent.
+    let mut bytes = Vec::with_capacity(announced.unwrap_or(0).min(64 << 10) as usize);
+    let mut stream = body.into_data_stream();
+    loop {
+        let due = started + grace + Duration::from_secs_f64(bytes.len() as f64 / min_rate);
+        match tokio::time::timeout_at(due, stream.next()).await {
+            Ok(None) => return Ok(bytes.into()),
+            Ok(Some(Ok(chunk))) if bytes.len() + chunk.len() > MAX_BODY_BYTES => return Err(too_large()),
+            Ok(Some(Ok(chunk))) => bytes.extend_from_slice(&chunk),
+            Ok(Some(Err(e))) => return Err(ApiError::bad_request("invalid_json", format!("Reading the body: {e}"))),
+            Err(_) => {
+                let of = announced.map(|n| format!(" of {n}")).unwrap_or_default();
+                let message = format!(
+                    "The request body came too slowly: {}{of} bytes in {:.0} s (a body must arrive within {} s, \
+                     or keep up {} KiB/s after that)",
+                    bytes.len(),
+                    started.elapsed().as_secs_f64(),
+                    grace.as_secs(),
+                    min_rate as usize >> 10,
+                );
+                let mut err =
+                    ApiError::new(StatusCode::REQUEST_TIMEOUT, "invalid_request_error", "request_timeout", message);
+                // The rest of the body is not read: the connection cannot carry another request.
+                err.close = true;
+                return Err(err);
+            }
+        }
+    }
+}
+
+fn too_large() -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "invalid_request_error",
+        "request_too_large",
+        format!("The request body is larger than {} MiB", MAX_BODY_BYTES >> 20),
+    )
+}
+
+/// Turns to parse a body ([`listen::Admission::parsers`]), and since when none has been free.
+struct Parsers {
+    permits: tokio::sync::Semaphore,
+    full_since: std::sync::Mutex<Option<Instant>>,
+}
+
+/// A parser's turn; when it ends a parser is free again.
+struct Turn<'a> {
+    parsers: &'a Parsers,
+    _permit: tokio::sync::SemaphorePermit<'a>,
+}
+
+impl Parsers {
+    fn new(count: usize) -> Self {
+        let full_since = (count == 0).then(Instant::now);
+        Self { permits: tokio::sync::Semaphore::new(count), full_since: std::sync::Mutex::new(full_since) }
+    }
+
+    fn full_since(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+        self.full_since.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A turn, or 503 with Retry-After when none frees within `wait`.
+    async fn turn(&self, wait: Duration) -> Result<Turn<'_>, ApiError> {
+        match tokio::time::timeout(wait, self.permits.acquire()).await {
+            Ok(Ok(permit)) => {
+                if self.permits.available_permits() == 0 {
+                    self.full_since().get_or_insert_with(Instant::now);
+                }
+                Ok(Turn { parsers: self, _permit: permit })
+            }
+            Ok(Err(_)) => Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                "shutting_down",
+                "The server is stopping",
+            )),
+            Err(_) => {
+                // Every parser stayed busy for this caller's whole wait.
+                let since = Instant::now().checked_sub(wait).unwrap_or_else(Instant::now);
+                self.full_since().get_or_insert(since);
+                let message = format!(
+                    "The server is busy: no request parser came free in {} s. Retry shortly.",
+                    wait.as_secs_f64()
+                );
+                let mut err = ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "server_busy", message);
+                err.retry_after = Some(2);
+                Err(err)
+            }
+        }
+    }
+
+    /// Whether no parser has been free for `wait` or longer: requests are being turned away.
+    fn saturated(&self, wait: Duration) -> bool {
+        self.full_since().is_some_and(|since| since.elapsed() >= wait)
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        // Its permit is given back right after this.
+        *self.parsers.full_since() = None;
     }
 }
 
@@ -128,8 +264,9 @@ pub async fn serve(
     let listener = tokio::net::TcpListener::bind(addr).await?;
     eprintln!("specula serve: http://{}", listener.local_addr()?);
     let limits = config.limits;
-    let app = router(EngineHandle::spawn(session, engine), config);
-    listen::serve(listener, app, limits, async {
+    let admission = listen::Admission::default();
+    let app = router_with(EngineHandle::spawn(session, engine), config, admission);
+    listen::serve_with(listener, app, limits, admission, async {
         let _ = tokio::signal::ctrl_c().await;
     })
     .await;
@@ -146,11 +283,13 @@ pub struct ApiError {
     param: Option<&'static str>,
     message: String,
     retry_after: Option<u64>,
+    /// Answer with `Connection: close`.
+    close: bool,
 }
 
 impl ApiError {
     pub fn new(status: StatusCode, kind: &'static str, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, kind, code, param: None, message: message.into(), retry_after: None }
+        Self { status, kind, code, param: None, message: message.into(), retry_after: None, close: false }
     }
 
     fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
@@ -212,6 +351,9 @@ impl IntoResponse for ApiError {
         if let Some(seconds) = self.retry_after {
             response.headers_mut().insert(header::RETRY_AFTER, seconds.into());
         }
+        if self.close {
+            response.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+        }
         response
     }
 }
@@ -232,12 +374,7 @@ fn check_model(state: &AppState, model: &str) -> Result<(), ApiError> {
 
 fn parse<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
     body.map(|Json(v)| v).map_err(|e| match e.status() {
-        StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "invalid_request_error",
-            "request_too_large",
-            format!("The request body is larger than {} MiB", MAX_BODY_BYTES >> 20),
-        ),
+        StatusCode::PAYLOAD_TOO_LARGE => too_large(),
         _ => ApiError::bad_request("invalid_json", format!("Invalid request body: {}", e.body_text())),
     })
 }
@@ -245,18 +382,36 @@ fn parse<T>(body: Result<Json<T>, JsonRejection>) -> Result<T, ApiError> {
 // ----- handlers -----
 
 /// 200 with `"status": "ok"` only while a model is loaded and serving; 503 otherwise, with
-/// the reason. The last reply that failed inside the engine is reported either way. Without
-/// the API key (when one is set) only the status is told: liveness probes need no more.
+/// the reason: `"unavailable"` with no model ready, `"degraded"` with one while new requests
+/// are being turned away (`reason`: `queue_full`, the engine's queue is full; `parsers_busy`,
+/// no request parser has come free for [`listen::Admission::parse_wait`]). The last reply that
+/// failed inside the engine is reported either way. Without the API key (when one is set)
+/// only the status is told: liveness probes need no more.
 async fn health(State(state): State<Shared>, headers: HeaderMap) -> Response {
     let health = state.engine.health();
     let ready = health.state == EngineState::Ready;
-    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let reason = if !ready {
+        None
+    } else if health.pending >= state.engine.config().max_queue {
+        Some("queue_full")
+    } else if state.parsers.saturated(state.admission.parse_wait) {
+        Some("parsers_busy")
+    } else {
+        None
+    };
+    let word = match (ready, reason) {
+        (false, _) => "unavailable",
+        (true, Some(_)) => "degraded",
+        (true, None) => "ok",
+    };
+    let status = if word == "ok" { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     if !state.config.access.is_authorized(&headers) {
-        let body = serde_json::json!({ "status": if ready { "ok" } else { "unavailable" } });
+        let body = serde_json::json!({ "status": word });
         return (status, Json(body)).into_response();
     }
     let body = serde_json::json!({
-        "status": if ready { "ok" } else { "unavailable" },
+        "status": word,
+        "reason": reason,
         "state": health.state,
         "pending": health.pending,
         "model": state.config.model_id,

@@ -2,11 +2,13 @@
 //! (DNS rebinding) refused, the key required and compared exactly, a slowloris and an idle
 //! keep-alive closed by the header timeout, 413 for a huge body, nonsense limits refused,
 //! chat markers typed by a user kept as text, the key checked before a body is read, and each
-//! request's work bounded (prompts x n, stop strings, tools, schemas) before anything is queued.
+//! request's work bounded (prompts x n, stop strings, tools, schemas) before anything is queued;
+//! slow bodies answered 408 at their deadline without holding a parser, a per-peer connection
+//! cap, a bounded wait for a parser (503 with Retry-After) and `/health` saying `degraded`.
 
 use specula_engine::service::ServiceConfig;
 use specula_engine::{synth, Message, Session};
-use specula_server::listen::Limits;
+use specula_server::listen::{Admission, Limits};
 use specula_server::security::{loopback_hosts, Access};
 use specula_server::ServerConfig;
 use std::io::{Read, Write};
@@ -24,6 +26,14 @@ struct Server {
 }
 
 fn start(api_key: Option<&str>) -> Server {
+    start_with(api_key, test_limits(), Admission::default(), ServiceConfig::default())
+}
+
+fn test_limits() -> Limits {
+    Limits { max_connections: 16, header_timeout: Duration::from_secs(1), body_timeout: Duration::from_secs(2) }
+}
+
+fn start_with(api_key: Option<&str>, limits: Limits, admission: Admission, engine: ServiceConfig) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("tiny.gguf");
     synth::write(&synth::Spec::preset("tiny", 2).unwrap(), &synth::tiny_tokenizer(), &model).unwrap();
@@ -31,8 +41,6 @@ fn start(api_key: Option<&str>) -> Server {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
     let addr = listener.local_addr().unwrap();
-    let limits =
-        Limits { max_connections: 16, header_timeout: Duration::from_secs(1), body_timeout: Duration::from_secs(2) };
     let config = ServerConfig {
         model_id: "tiny".into(),
         access: Access { api_key: api_key.map(String::from), allowed_hosts: Some(loopback_hosts(&[])) },
@@ -41,9 +49,10 @@ fn start(api_key: Option<&str>) -> Server {
         request_timeout: Duration::from_secs(30),
     };
     let app = runtime.block_on(async {
-        specula_server::router(specula_engine::service::EngineHandle::spawn(session, ServiceConfig::default()), config)
+        let engine = specula_engine::service::EngineHandle::spawn(session, engine);
+        specula_server::router_with(engine, config, admission)
     });
-    runtime.spawn(specula_server::listen::serve(listener, app, limits, std::future::pending()));
+    runtime.spawn(specula_server::listen::serve_with(listener, app, limits, admission, std::future::pending()));
     Server { addr, _dir: dir, model, _runtime: runtime }
 }
 
@@ -275,4 +284,164 @@ fn no_page_may_be_framed_by_another_site() {
         assert!(head.contains("x-frame-options: deny"), "{path}: {head}");
         assert!(head.contains("content-security-policy: frame-ancestors 'none'"), "{path}: {head}");
     }
+}
+
+/// The whole response to a request written as is, or what went wrong reading it.
+fn exchange(server: &Server, raw: &str) -> String {
+    let mut stream = TcpStream::connect(server.addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let _ = stream.write_all(raw.as_bytes());
+    let mut response = Vec::new();
+    match stream.read_to_end(&mut response) {
+        Ok(_) => String::from_utf8_lossy(&response).into_owned(),
+        Err(e) => format!("{}(then {e})", String::from_utf8_lossy(&response)),
+    }
+}
+
+/// A client that announces an 8 MB chat body and sends it a byte every `every`: the server's
+/// answer ("HTTP/1.1 408 ...", "closed" or "reset") and when it came, or "still open".
+fn drip(addr: std::net::SocketAddr, every: Duration, give_up: Duration) -> (String, Duration) {
+    let started = Instant::now();
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(every)).unwrap();
+    let head = "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+                Content-Length: 8000000\r\n\r\n{";
+    stream.write_all(head.as_bytes()).unwrap();
+    let mut buf = [0u8; 4096];
+    while started.elapsed() < give_up {
+        match stream.read(&mut buf) {
+            Ok(0) => return ("closed".into(), started.elapsed()),
+            Ok(n) => return (String::from_utf8_lossy(&buf[..n]).into_owned(), started.elapsed()),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(_) => return ("reset".into(), started.elapsed()),
+        }
+        // A failed write is told by the next read.
+        let _ = stream.write_all(b" ");
+    }
+    ("still open".into(), started.elapsed())
+}
+
+#[test]
+fn slow_bodies_hold_no_parser_and_are_answered_408_at_their_deadline() {
+    for drippers in [2, 40] {
+        // The issue's reproduction took 2 drippers to freeze the API; the deadline is 2 s here.
+        let limits = Limits { max_connections: 64, header_timeout: Duration::from_secs(5), ..test_limits() };
+        let admission = Admission { connections_per_peer: 64, ..Admission::default() };
+        let server = start_with(None, limits, admission, ServiceConfig::default());
+        let addr = server.addr;
+        let dripping: Vec<_> = (0..drippers)
+            .map(|_| std::thread::spawn(move || drip(addr, Duration::from_millis(300), Duration::from_secs(30))))
+            .collect();
+        std::thread::sleep(Duration::from_millis(500));
+
+        let started = Instant::now();
+        let json = [("Content-Type", "application/json")];
+        let four_tokens = chat("hi", "").replace(r#""max_tokens":2"#, r#""max_tokens":4"#);
+        let (status, body) = request(&server, "POST", "/v1/chat/completions", &json, &four_tokens);
+        assert_eq!(status, 200, "{drippers} drippers: {body}");
+        assert!(started.elapsed() < Duration::from_secs(20), "{drippers} drippers: took {:?}", started.elapsed());
+        let (status, body) = request(&server, "GET", "/health", &[], "");
+        assert_eq!(status, 200, "{drippers} drippers: {body}");
+        assert!(body.contains(r#""status":"ok""#), "{body}");
+
+        let mut timed_out = 0;
+        for dripper in dripping {
+            let (answer, after) = dripper.join().unwrap();
+            let head = answer.lines().next().unwrap_or_default().to_string();
+            assert!(
+                head.starts_with("HTTP/1.1 408") || answer == "closed" || answer == "reset",
+                "{drippers} drippers: {answer}"
+            );
+            // The deadline is 2 s; the bound is generous.
+            assert!(after < Duration::from_secs(20), "{drippers} drippers: answered after {after:?}");
+            if head.starts_with("HTTP/1.1 408") {
+                assert!(answer.contains("request_timeout"), "{answer}");
+                timed_out += 1;
+            }
+        }
+        eprintln!("{drippers} drippers: {timed_out} read their 408 (the rest saw the connection close)");
+    }
+}
+
+#[test]
+fn past_the_per_peer_cap_a_connection_is_refused_then_served_once_others_close() {
+    // Idle connections are kept 30 s, so the held ones stay held.
+    let limits = Limits { header_timeout: Duration::from_secs(30), ..test_limits() };
+    let admission = Admission { connections_per_peer: 4, ..Admission::default() };
+    let server = start_with(None, limits, admission, ServiceConfig::default());
+    // Accepted in order: these four take the peer's slots (every loopback address is one peer).
+    let held: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(server.addr).unwrap()).collect();
+    let started = Instant::now();
+    let refused = exchange(&server, "GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    assert!(started.elapsed() < Duration::from_secs(10), "refused after {:?}", started.elapsed());
+    assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
+    assert!(refused.to_ascii_lowercase().contains("retry-after: 2"), "{refused}");
+    let body = refused.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let error = json_error(body);
+    assert_eq!(error["code"], "too_many_connections", "{refused}");
+    assert_eq!(error["type"], "server_error", "{refused}");
+
+    drop(held);
+    // The server sees the four close and gives their slots back.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, body) = request(&server, "GET", "/health", &[], "");
+        if status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still refused: {status} {body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Four at once are served again (once the server has closed its side of the last one).
+    let held: Vec<TcpStream> = (0..3).map(|_| TcpStream::connect(server.addr).unwrap()).collect();
+    loop {
+        let (status, body) = request(&server, "GET", "/v1/models", &[], "");
+        if status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "three held, the fourth refused: {status} {body}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(held);
+}
+
+#[test]
+fn with_every_parser_busy_a_request_waits_a_bounded_time_then_gets_503_and_health_says_degraded() {
+    // No parser at all: as if both were held by other requests for longer than the wait.
+    let admission = Admission { parsers: 0, parse_wait: Duration::from_secs(1), ..Admission::default() };
+    let server = start_with(None, test_limits(), admission, ServiceConfig::default());
+    let body = chat("hi", "");
+    let started = Instant::now();
+    let raw = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let answer = exchange(&server, &raw);
+    assert!(started.elapsed() < Duration::from_secs(20), "answered after {:?}", started.elapsed());
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.to_ascii_lowercase().contains("retry-after: 2"), "{answer}");
+    let error = json_error(answer.split_once("\r\n\r\n").map_or("", |(_, b)| b));
+    assert_eq!(error["code"], "server_busy", "{answer}");
+    assert_eq!(error["type"], "server_error", "{answer}");
+    // What needs no parser is served.
+    assert_eq!(request(&server, "GET", "/v1/models", &[], "").0, 200);
+    let (status, health) = request(&server, "GET", "/health", &[], "");
+    assert_eq!(status, 503, "{health}");
+    let health: serde_json::Value = serde_json::from_str(&health).unwrap();
+    assert_eq!(health["status"], "degraded");
+    assert_eq!(health["reason"], "parsers_busy");
+    assert_eq!(health["state"], "ready");
+}
+
+#[test]
+fn a_full_queue_makes_health_degraded_and_says_no_more_without_the_key() {
+    let engine = ServiceConfig { max_queue: 0, ..ServiceConfig::default() };
+    let server = start_with(Some(KEY), test_limits(), Admission::default(), engine);
+    let (status, body) = request(&server, "GET", "/health", &[], "");
+    assert_eq!((status, body.as_str()), (503, r#"{"status":"degraded"}"#));
+    let (status, body) = request(&server, "GET", "/health", &[("Authorization", "Bearer k3y")], "");
+    assert_eq!(status, 503, "{body}");
+    let health: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!((health["status"].as_str(), health["reason"].as_str()), (Some("degraded"), Some("queue_full")));
 }
