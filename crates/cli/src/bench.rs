@@ -3,6 +3,7 @@
 //! sampling), which also checks that each speculative reply equals the plain one.
 
 use crate::run::{open_session, CliResult};
+use crate::safe_text::printable;
 use crate::ModelArgs;
 use clap::Args;
 use serde::{Deserialize, Serialize};
@@ -188,7 +189,7 @@ pub fn bench(args: BenchArgs) -> CliResult {
                 "[{}/{}] {:5} k={:4} plain {:5.2} tok/s  spec {:5.2} tok/s  {:.2}x  accepted {}/{}{}{}",
                 i + 1,
                 prompts.len(),
-                item.kind,
+                printable(&item.kind),
                 run.k,
                 rate(run.plain_tokens, run.plain_ms),
                 rate(run.spec_tokens, run.spec_ms),
@@ -346,7 +347,7 @@ fn print_table(summary: &[Summary]) {
     for s in summary {
         println!(
             "| {} | {} | {:.2} | {:.2} | {:.2}x | {:.0}% | {:.2} | {} | {} | {} |",
-            s.kind,
+            printable(&s.kind),
             s.k,
             s.plain_tps,
             s.spec_tps,

@@ -1,6 +1,7 @@
 //! `specula pull` (a GGUF file from Hugging Face Hub into its cache) and `specula models`
 //! (what is on this machine).
 
+use crate::safe_text::printable;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use specula_hub::{local_models, Hub, Progress};
@@ -25,18 +26,24 @@ pub fn pull(args: PullArgs) -> Result<(), String> {
     let hub = Hub::from_env();
     let file = hub.choose_file(&args.repo, args.file.as_deref(), args.quant.as_deref()).map_err(|e| e.to_string())?;
     if let Some(path) = hub.cached(&args.repo, &args.revision, &file) {
-        println!("{}", path.display());
+        println!("{}", printable(&path.display().to_string()));
         eprintln!("already in the library");
         return Ok(());
     }
-    eprintln!("pulling {}/{file} into {}", args.repo, hub.cache_dir().display());
+    // The file's name is the Hub's: shown, never obeyed, as every name printed here.
+    eprintln!(
+        "pulling {}/{} into {}",
+        printable(&args.repo),
+        printable(&file),
+        printable(&hub.cache_dir().display().to_string())
+    );
     let mut report = Reporter::new();
     // Ctrl-C ends the process; the partial file stays and the next pull resumes it.
     let path = hub
         .download(&args.repo, &args.revision, &file, &mut |p| report.update(p), &AtomicBool::new(false))
         .map_err(|e| e.to_string())?;
     report.finish();
-    println!("{}", path.display());
+    println!("{}", printable(&path.display().to_string()));
     Ok(())
 }
 
@@ -109,15 +116,25 @@ pub fn models(args: ModelsArgs) -> Result<(), String> {
     let folders = vec![specula_engine::protocol::app::models_dir()];
     let models = local_models(hub.cache_dir(), &folders);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&models).map_err(|e| e.to_string())?);
+        let json = serde_json::to_string_pretty(&models).map_err(|e| e.to_string())?;
+        println!("{}", crate::safe_text::printable_json(&json));
         return Ok(());
     }
     if models.is_empty() {
-        eprintln!("no models in {} or {folders:?}; try `specula pull REPO`", hub.cache_dir().display());
+        let cache = hub.cache_dir().display().to_string();
+        eprintln!("no models in {} or {folders:?}; try `specula pull REPO`", printable(&cache));
     }
     for m in models {
         let source = m.repo.unwrap_or_else(|| "(folder)".into());
-        println!("{:>8.1} MB  {source}  {}\n             {}", m.bytes as f64 / 1e6, m.file, m.path.display());
+        // Repository and file names as the cache's folders spell them: shown, never obeyed.
+        let path = m.path.display().to_string();
+        println!(
+            "{:>8.1} MB  {}  {}\n             {}",
+            m.bytes as f64 / 1e6,
+            printable(&source),
+            printable(&m.file),
+            printable(&path)
+        );
     }
     Ok(())
 }

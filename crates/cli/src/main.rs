@@ -6,6 +6,7 @@ mod device_check;
 mod library;
 mod remote;
 mod run;
+mod safe_text;
 mod speed;
 
 use clap::{Args, Parser, Subcommand};
@@ -123,9 +124,11 @@ fn doctor(args: DoctorArgs) -> Result<ExitCode, String> {
     if args.json {
         let mut report = serde_json::to_value(&diagnosis).map_err(|e| e.to_string())?;
         report["trial"] = serde_json::to_value(&trial).map_err(|e| e.to_string())?;
-        println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+        let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
+        println!("{}", safe_text::printable_json(&json));
     } else {
-        print!("{diagnosis}");
+        // Names and tokens read from the two files: their control characters are shown.
+        print!("{}", safe_text::printable(&diagnosis.to_string()));
         if let Some(trial) = &trial {
             print!("{trial}");
         }
@@ -241,7 +244,8 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(message) => {
-            eprintln!("error: {message}");
+            // The message may carry a remote's words or a file's: shown, never obeyed.
+            eprintln!("error: {}", safe_text::printable(&message));
             ExitCode::from(2)
         }
     }

@@ -1,6 +1,7 @@
 //! `generate`, `chat` and `tokenize`.
 
 use crate::remote::RemoteArgs;
+use crate::safe_text::{printable, printable_json, PrintableStream};
 use crate::{ModelArgs, SamplingArgs};
 use clap::Args;
 use specula_engine::service::{EngineHandle, Event, Prompt, Request, ServiceConfig};
@@ -181,7 +182,8 @@ pub fn generate(args: GenerateArgs) -> CliResult {
     }
     .map_err(|e| e.to_string())?;
     if args.json {
-        println!("{}", serde_json::to_string(&generation).map_err(|e| e.to_string())?);
+        let json = serde_json::to_string(&generation).map_err(|e| e.to_string())?;
+        println!("{}", printable_json(&json));
     } else {
         println!();
     }
@@ -218,7 +220,7 @@ pub fn chat_loop(
     let stdin = std::io::stdin();
     let interactive = stdin.is_terminal();
     if interactive {
-        eprintln!("Chatting with {who}. Empty line or Ctrl-D to quit.");
+        eprintln!("Chatting with {}. Empty line or Ctrl-D to quit.", printable(who));
     }
     loop {
         if interactive {
@@ -239,7 +241,7 @@ pub fn chat_loop(
             Err(e) => {
                 // The conversation so far stays; only this turn is dropped.
                 messages.pop();
-                eprintln!("error: {e}");
+                eprintln!("error: {}", printable(&e));
             }
         }
     }
@@ -334,7 +336,8 @@ pub fn tokenize(args: TokenizeArgs) -> CliResult {
     Ok(())
 }
 
-/// The prompt, byte for byte, on stdout; its token count on stderr.
+/// The prompt, byte for byte, on stdout (control characters shown escaped on a terminal);
+/// its token count on stderr.
 pub fn chat_template(args: ChatTemplateArgs) -> CliResult {
     let request: serde_json::Value = parse_json(&read_file(&args.messages)?, &args.messages.display().to_string())?;
     let (messages, mut tools, mut kwargs) = match request {
@@ -362,7 +365,12 @@ pub fn chat_template(args: ChatTemplateArgs) -> CliResult {
     let text = template.render_text(&messages, &tools, &options).map_err(|e| e.to_string())?;
     let ids = specula_engine::chat_prompt_ids(&tokenizer, &template, &messages, &tools, &options)
         .map_err(|e| e.to_string())?;
-    print!("{text}");
+    // Byte for byte into a pipe or a file; on a terminal, the template's (or the messages')
+    // control characters are shown, not obeyed.
+    match std::io::stdout().is_terminal() {
+        true => print!("{}", printable(&text)),
+        false => print!("{text}"),
+    }
     let source = if template.from_model { "the model's template" } else { "ChatML (the model has no template)" };
     eprintln!("{} tokens ({source})", ids.len());
     Ok(())
@@ -381,14 +389,20 @@ pub fn options(args: &SamplingArgs) -> GenerateOptions {
     }
 }
 
-/// Streams text to stdout, coloured by provenance when stdout is a terminal.
+/// Streams text to stdout, coloured by provenance when stdout is a terminal. The tokens'
+/// text is the model's (or a remote's): its control characters are shown escaped
+/// (`safe_text`), never sent to the terminal; the colour codes around it are ours.
 pub struct Printer {
     colour: bool,
+    text: PrintableStream,
 }
 
 impl Printer {
     pub fn new() -> Self {
-        Self { colour: std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none() }
+        Self {
+            colour: std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+            text: PrintableStream::default(),
+        }
     }
 }
 
@@ -402,10 +416,11 @@ impl TokenSink for Printer {
             Source::Bonus => "36",     // cyan
             Source::Target => "",
         };
+        let (held, text) = self.text.next(&token.text);
         let written = if self.colour && !code.is_empty() {
-            write!(out, "\x1b[{code}m{}\x1b[0m", token.text)
+            write!(out, "{held}\x1b[{code}m{text}\x1b[0m")
         } else {
-            write!(out, "{}", token.text)
+            write!(out, "{held}{text}")
         };
         match written.and_then(|_| out.flush()) {
             Ok(()) => Flow::Continue,
