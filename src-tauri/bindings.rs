@@ -18,6 +18,7 @@ pub fn builder() -> Builder<tauri::Wry> {
         .commands(collect_commands![
             commands::engine_status,
             commands::startup_notices,
+            commands::dismiss_notices,
             commands::list_models,
             commands::add_model,
             commands::apply_models,

@@ -4,6 +4,7 @@ fn main() {
     let commands = &[
         "engine_status",
         "startup_notices",
+        "dismiss_notices",
         "list_models",
         "add_model",
         "apply_models",

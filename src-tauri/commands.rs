@@ -37,11 +37,19 @@ pub fn engine_status(state: State<'_, AppState>) -> EngineStatus {
     state.engine.status()
 }
 
-/// What went wrong at start-up and was worked around (a history moved aside, settings reset).
+/// What went wrong and was worked around (a history moved aside, settings reset), for the
+/// window to say.
 #[tauri::command]
 #[specta::specta]
 pub fn startup_notices(state: State<'_, AppState>) -> Vec<ErrorInfo> {
-    state.notices.clone()
+    state.notices.all()
+}
+
+/// The user closed the notice: the kept ones are not said again at the next start.
+#[tauri::command]
+#[specta::specta]
+pub fn dismiss_notices(state: State<'_, AppState>) {
+    state.notices.dismiss();
 }
 
 #[tauri::command]

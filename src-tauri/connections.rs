@@ -5,12 +5,15 @@
 //! sent only to the host it was given for (specula-remote follows no redirect).
 
 use crate::commands::{blocking, with_store};
-use crate::error::{CommandResult, ErrorInfo};
+use crate::error::{CommandResult, ErrorCode, ErrorInfo};
+use crate::notices::Notices;
+use crate::private_file;
 use crate::AppState;
 use specula_engine::protocol::{Connection, ConnectionCheck};
 use specula_remote::Remote;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use tauri::State;
 
 pub const CONNECTIONS_KEY: &str = "connections";
@@ -18,48 +21,62 @@ pub const CONNECTIONS_KEY: &str = "connections";
 /// The API keys, by base URL.
 pub struct Keys {
     path: PathBuf,
+    notices: Arc<Notices>,
 }
 
+type KeyMap = BTreeMap<String, String>;
+
 impl Keys {
-    pub fn new(data_dir: &Path) -> Self {
-        Self { path: data_dir.join("remote-keys.json") }
+    pub fn new(data_dir: &Path, notices: Arc<Notices>) -> Self {
+        Self { path: data_dir.join("remote-keys.json"), notices }
     }
 
     pub fn get(&self, base_url: &str) -> Option<String> {
+        let _lock = private_file::lock(&self.path).map_err(|e| tracing::warn!("locking the API keys: {e}")).ok();
         self.read().remove(base_url)
     }
 
-    /// Keep `key` for `base_url` (none: forget it).
+    /// Keep `key` for `base_url` (none: forget it). Read, changed and written under the file's
+    /// lock, so that two saves at once cannot lose one another's key.
     pub fn set(&self, base_url: &str, key: Option<&str>) -> CommandResult<()> {
+        let failed = |e: std::io::Error| ErrorInfo::internal(format!("keeping the API key: {e}"));
+        let _lock = private_file::lock(&self.path).map_err(failed)?;
         let mut keys = self.read();
         match key {
             Some(key) => keys.insert(base_url.to_string(), key.to_string()),
             None => keys.remove(base_url),
         };
-        self.write(&keys)
+        let text = serde_json::to_string(&keys).map_err(|e| ErrorInfo::internal(e.to_string()))?;
+        private_file::write(&self.path, text.as_bytes()).map_err(failed)
     }
 
-    fn read(&self) -> BTreeMap<String, String> {
-        let text = std::fs::read_to_string(&self.path).unwrap_or_default();
-        serde_json::from_str(&text).unwrap_or_default()
-    }
-
-    /// Written whole to a file created readable by the user alone, then moved into place.
-    fn write(&self, keys: &BTreeMap<String, String>) -> CommandResult<()> {
-        use std::io::Write;
-        let failed = |e: std::io::Error| ErrorInfo::internal(format!("keeping the API key: {e}"));
-        if let Some(dir) = self.path.parent() {
-            std::fs::create_dir_all(dir).map_err(failed)?;
+    /// The keys on file. A file that does not read as keys is moved aside, kept, and the user
+    /// told where (until they dismiss it): it is never written over, since it holds every
+    /// other connection's key.
+    fn read(&self) -> KeyMap {
+        let text = match std::fs::read_to_string(&self.path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return KeyMap::new(),
+            Err(e) => {
+                tracing::warn!("reading the API keys: {e}");
+                return KeyMap::new();
+            }
+        };
+        match serde_json::from_str(&text) {
+            Ok(keys) => keys,
+            Err(e) => {
+                let message = match private_file::set_aside(&self.path) {
+                    Ok(moved) => format!(
+                        "The remote engines' API keys could not be read ({e}). The file was moved to {} and kept; add the keys again in Library > Remote engines.",
+                        moved.display()
+                    ),
+                    Err(moved) => format!("The remote engines' API keys could not be read ({e}), nor moved aside ({moved})."),
+                };
+                tracing::error!("{message}");
+                self.notices.keep(ErrorInfo::new(ErrorCode::SettingsReset, message));
+                KeyMap::new()
+            }
         }
-        let temp = self.path.with_extension("json.tmp");
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create(true).truncate(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let mut file = options.open(&temp).map_err(failed)?;
-        let text = serde_json::to_string(keys).map_err(|e| ErrorInfo::internal(e.to_string()))?;
-        file.write_all(text.as_bytes()).and_then(|()| file.sync_all()).map_err(failed)?;
-        std::fs::rename(&temp, &self.path).map_err(failed)
     }
 }
 
@@ -142,7 +159,7 @@ mod tests {
     #[test]
     fn keys_live_in_a_file_only_the_user_can_read_and_can_be_forgotten() {
         let dir = tempfile::tempdir().unwrap();
-        let keys = Keys::new(dir.path());
+        let keys = Keys::new(dir.path(), Arc::new(Notices::new(dir.path())));
         keys.set("http://a/v1", Some("sk-a")).unwrap();
         keys.set("http://b/v1", Some("sk-b")).unwrap();
         assert_eq!(keys.get("http://a/v1").as_deref(), Some("sk-a"));
@@ -155,5 +172,43 @@ mod tests {
         keys.set("http://a/v1", None).unwrap();
         assert_eq!(keys.get("http://a/v1"), None);
         assert_eq!(keys.get("http://b/v1").as_deref(), Some("sk-b"));
+    }
+
+    #[test]
+    fn saves_at_once_lose_no_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let notices = Arc::new(Notices::new(dir.path()));
+        std::thread::scope(|scope| {
+            for t in 0..4 {
+                let keys = Keys::new(dir.path(), notices.clone());
+                scope.spawn(move || {
+                    for i in 0..25 {
+                        keys.set(&format!("http://host-{t}-{i}/v1"), Some("sk")).unwrap();
+                    }
+                });
+            }
+        });
+        let keys = Keys::new(dir.path(), notices);
+        assert_eq!(keys.read().len(), 100, "every save kept");
+    }
+
+    #[test]
+    fn a_key_file_that_does_not_read_is_kept_aside_with_a_notice_never_overwritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let notices = Arc::new(Notices::new(dir.path()));
+        let keys = Keys::new(dir.path(), notices.clone());
+        std::fs::write(dir.path().join("remote-keys.json"), "{\"http://a/v1\": \"sk-a\", oops").unwrap();
+        keys.set("http://b/v1", Some("sk-b")).unwrap();
+        assert_eq!(keys.get("http://b/v1").as_deref(), Some("sk-b"));
+        let aside: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.to_string_lossy().contains("remote-keys.json.unreadable-"))
+            .collect();
+        assert_eq!(aside.len(), 1);
+        assert!(std::fs::read_to_string(&aside[0]).unwrap().contains("sk-a"), "the old keys are kept");
+        let said = notices.all();
+        assert_eq!(said.len(), 1);
+        assert!(said[0].message.contains("unreadable-"), "{}", said[0].message);
     }
 }

@@ -231,6 +231,11 @@ impl Engine {
         Ok(id)
     }
 
+    /// Whether a reply is streaming (into the history the app holds now).
+    pub fn replying(&self) -> bool {
+        !self.lock_cancels().is_empty()
+    }
+
     /// Stop a reply wherever it is; false when it already ended.
     pub fn cancel(&self, request_id: u64) -> bool {
         match self.lock_cancels().get(&request_id) {
@@ -250,16 +255,17 @@ impl Engine {
 /// webview, and before it goes (every [`BATCH_EVERY`], whatever the decoding: plain decoding
 /// has few steps), so a crash loses at most the last third of a second and nothing the window
 /// showed; the row's end is written however the reply ends, and before the webview hears of
-/// it, so that what it then reads back is complete.
+/// it, so that what it then reads back is complete. A write that fails (a full disk) is said
+/// to the window once and retried with the next batch; see [`Saver`].
 fn forward(reply: &Reply, job: &ReplyJob, store: &Mutex<Store>) {
-    let mut unsaved: Vec<TokenEvent> = Vec::new();
+    let mut saver = Saver::new(store, job.message_id);
     let mut outbox = Outbox::new(&job.events);
     let mut ended = false;
     loop {
         let event = match reply.next(outbox.wait()) {
             Ok(event) => event,
             Err(true) => {
-                store_tokens(store, job.message_id, &mut unsaved);
+                saver.save(&mut outbox);
                 outbox.flush();
                 continue;
             }
@@ -269,24 +275,24 @@ fn forward(reply: &Reply, job: &ReplyJob, store: &Mutex<Store>) {
             Incoming::Started { prompt_tokens } => outbox.send(ReplyEvent::Started { prompt_tokens }),
             Incoming::Prefill { done, total } => outbox.send(ReplyEvent::Prefill { done, total }),
             Incoming::Token(token) => {
-                unsaved.push(token.clone());
+                saver.push(&token);
                 outbox.tokens.push(token);
             }
             Incoming::Step(step) => outbox.step = Some(step),
             Incoming::Done { stats, finish_reason } => {
-                store_end(store, job.message_id, &mut unsaved, Some(&stats), finish_reason);
+                saver.end(&mut outbox, Some(&stats), finish_reason);
                 ended = true;
                 outbox.send(ReplyEvent::Done { stats, finish_reason: finish_reason.into() });
             }
             Incoming::Failed(error) => {
                 // The tokens that came before stay: the partial reply is kept, marked "error".
-                store_end(store, job.message_id, &mut unsaved, None, "error");
+                saver.end(&mut outbox, None, "error");
                 ended = true;
                 outbox.send(ReplyEvent::Error { error });
             }
         }
         if outbox.due() {
-            store_tokens(store, job.message_id, &mut unsaved);
+            saver.save(&mut outbox);
             outbox.flush();
         }
         if outbox.closed {
@@ -294,7 +300,97 @@ fn forward(reply: &Reply, job: &ReplyJob, store: &Mutex<Store>) {
         }
     }
     if !ended {
-        store_end(store, job.message_id, &mut unsaved, None, "error");
+        saver.end(&mut outbox, None, "error");
+    }
+    saver.keep_trying();
+}
+
+/// The most tokens a reply keeps waiting for the history to take them (a full disk); past it,
+/// the stored copy will be cut short there (the window says so). About 10 MB of tokens.
+const MAX_UNSAVED_TOKENS: usize = 65_536;
+/// After a reply whose end could not be written, how long and how often its thread tries again.
+const SAVE_RETRY_FOR: Duration = Duration::from_secs(600);
+const SAVE_RETRY_EVERY: Duration = Duration::from_secs(5);
+
+/// A reply's way into the history: tokens wait in `pending` until a write takes them. A write
+/// that fails is not a lost reply: the tokens stay (up to [`MAX_UNSAVED_TOKENS`]), the next
+/// batch tries again, and the window hears once, as `Unsaved`, that until then only it has them.
+struct Saver<'a> {
+    store: &'a Mutex<Store>,
+    message_id: i64,
+    pending: Vec<TokenEvent>,
+    /// Tokens dropped past the cap: the stored reply is cut short there.
+    dropped: usize,
+    /// The reply's end, when it could not be written yet.
+    end: Option<(Option<GenerationStats>, &'static str)>,
+    said: bool,
+}
+
+impl<'a> Saver<'a> {
+    fn new(store: &'a Mutex<Store>, message_id: i64) -> Self {
+        Self { store, message_id, pending: Vec::new(), dropped: 0, end: None, said: false }
+    }
+
+    fn push(&mut self, token: &TokenEvent) {
+        match self.pending.len() < MAX_UNSAVED_TOKENS {
+            true if self.dropped == 0 => self.pending.push(token.clone()),
+            _ => self.dropped += 1,
+        }
+    }
+
+    /// Write what waits; on failure, tell the window (once) and keep it for the next try.
+    fn save(&mut self, outbox: &mut Outbox) {
+        if let Err(e) = self.write() {
+            self.unsaved(outbox, &e);
+        }
+    }
+
+    /// Write the tokens and then the reply's end.
+    fn end(&mut self, outbox: &mut Outbox, stats: Option<&GenerationStats>, finish_reason: &'static str) {
+        self.end = Some((stats.cloned(), finish_reason));
+        self.save(outbox);
+    }
+
+    fn write(&mut self) -> Result<(), specula_store::StoreError> {
+        let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.pending.is_empty() {
+            store.append_tokens(self.message_id, &self.pending)?;
+            self.pending.clear();
+        }
+        if let Some((stats, finish_reason)) = &self.end {
+            store.finish_reply(self.message_id, stats.as_ref(), finish_reason)?;
+            self.end = None;
+        }
+        Ok(())
+    }
+
+    fn unsaved(&mut self, outbox: &mut Outbox, e: &specula_store::StoreError) {
+        if std::mem::replace(&mut self.said, true) {
+            tracing::debug!("storing a reply, again: {e}");
+            return;
+        }
+        tracing::error!("storing a reply: {e}; retried with every batch");
+        let message = format!(
+            "Not saved: {}. The reply goes on, and is written to the history as soon as it can take it; until then it is only in this window.",
+            e.plainly()
+        );
+        outbox
+            .send(ReplyEvent::Unsaved { error: ErrorInfo::new(specula_engine::protocol::ErrorCode::Storage, message) });
+    }
+
+    /// After the reply: what could not be written yet is tried again for a while (space may
+    /// come back: the user frees some), so the history ends up whole after all.
+    fn keep_trying(mut self) {
+        let deadline = Instant::now() + SAVE_RETRY_FOR;
+        while (!self.pending.is_empty() || self.end.is_some()) && Instant::now() < deadline {
+            std::thread::sleep(SAVE_RETRY_EVERY);
+            if self.write().is_ok() {
+                tracing::info!("a reply that could not be stored was stored after all");
+            }
+        }
+        if self.dropped > 0 || !self.pending.is_empty() {
+            tracing::error!("a reply was stored cut short: {} tokens not kept", self.dropped + self.pending.len());
+        }
     }
 }
 
@@ -344,29 +440,118 @@ impl<'a> Outbox<'a> {
     }
 }
 
-fn store_end(
-    store: &Mutex<Store>,
-    message_id: i64,
-    pending: &mut Vec<TokenEvent>,
-    stats: Option<&GenerationStats>,
-    finish_reason: &str,
-) {
-    store_tokens(store, message_id, pending);
-    if let Ok(store) = store.lock() {
-        if let Err(e) = store.finish_reply(message_id, stats, finish_reason) {
-            tracing::error!("storing the end of a reply: {e}");
-        }
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use specula_engine::Source;
+    use std::path::Path;
 
-fn store_tokens(store: &Mutex<Store>, message_id: i64, pending: &mut Vec<TokenEvent>) {
-    if pending.is_empty() {
-        return;
-    }
-    if let Ok(mut store) = store.lock() {
-        match store.append_tokens(message_id, pending) {
-            Ok(()) => pending.clear(),
-            Err(e) => tracing::error!("storing streamed tokens: {e}"),
+    /// A tmpfs of `bytes` at a temporary folder, unmounted when dropped; `None` where this
+    /// process may not mount one (not root), and the case is not run.
+    struct SmallDisk(tempfile::TempDir);
+
+    impl SmallDisk {
+        fn mount(bytes: usize) -> Option<Self> {
+            let dir = tempfile::tempdir().ok()?;
+            let mounted = std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+                .arg(dir.path())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if !mounted {
+                eprintln!("cannot mount a tmpfs here (not root?): the full-disk case is not run");
+            }
+            mounted.then_some(Self(dir))
         }
+
+        fn path(&self) -> &Path {
+            self.0.path()
+        }
+
+        fn fill(&self) -> std::path::PathBuf {
+            use std::io::Write;
+            let filler = self.path().join("filler");
+            let mut file = std::fs::File::create(&filler).unwrap();
+            while file.write_all(&[0u8; 4096]).is_ok() {}
+            filler
+        }
+    }
+
+    impl Drop for SmallDisk {
+        fn drop(&mut self) {
+            std::process::Command::new("umount").arg(self.0.path()).status().ok();
+        }
+    }
+
+    #[test]
+    fn a_full_disk_mid_reply_is_said_once_and_the_reply_is_stored_whole_when_space_returns() {
+        // Room for the reply's one transaction (about 600 KB with its WAL) once space returns.
+        let Some(disk) = SmallDisk::mount(2 << 20) else { return };
+        let mut store = Store::open(disk.path().join("specula.db")).unwrap();
+        let c = store.create_conversation().unwrap();
+        store.add_message(c.id, "user", "a long answer, please", None).unwrap();
+        let reply = store.add_message(c.id, "assistant", "", None).unwrap();
+        let store = Mutex::new(store);
+        let heard = Arc::new(Mutex::new(Vec::<String>::new()));
+        let sink = heard.clone();
+        let channel: Channel<ReplyEvent> = Channel::new(move |body| {
+            if let tauri::ipc::InvokeResponseBody::Json(json) = body {
+                sink.lock().unwrap().push(json);
+            }
+            Ok(())
+        });
+        let mut outbox = Outbox::new(&channel);
+        let mut saver = Saver::new(&store, reply.id);
+        let token = TokenEvent {
+            id: 1,
+            text: "a token of text that fills pages ".into(),
+            source: Source::Target,
+            p: None,
+            q: None,
+            alternatives: Vec::new(),
+        };
+
+        let filler = disk.fill();
+        for _ in 0..4000 {
+            saver.push(&token);
+        }
+        saver.save(&mut outbox);
+        saver.save(&mut outbox);
+        let unsaved: Vec<String> =
+            heard.lock().unwrap().iter().filter(|e| e.contains("\"unsaved\"")).cloned().collect();
+        assert_eq!(unsaved.len(), 1, "said once: {unsaved:?}");
+        assert!(unsaved[0].contains("Not saved: the disk"), "{}", unsaved[0]);
+        assert_eq!(saver.pending.len(), 4000, "kept for the next try");
+
+        std::fs::remove_file(filler).unwrap();
+        let stats = GenerationStats { generated_tokens: 4000, ..Default::default() };
+        saver.end(&mut outbox, Some(&stats), "stop");
+        assert!(saver.pending.is_empty() && saver.end.is_none(), "written once space returned");
+        let stored = store.lock().unwrap().conversation(c.id).unwrap();
+        let answer = &stored.messages[1];
+        assert_eq!(answer.content.len(), 4000 * token.text.len(), "whole");
+        assert_eq!(answer.finish_reason.as_deref(), Some("stop"));
+    }
+
+    #[test]
+    fn past_the_cap_tokens_wait_no_more_and_the_stored_copy_is_a_prefix() {
+        let store = Mutex::new(Store::open_in_memory().unwrap());
+        let mut saver = Saver::new(&store, 1);
+        let token = |id| TokenEvent {
+            id,
+            text: "x".into(),
+            source: Source::Target,
+            p: None,
+            q: None,
+            alternatives: Vec::new(),
+        };
+        for id in 0..MAX_UNSAVED_TOKENS as u32 + 10 {
+            saver.push(&token(id));
+        }
+        saver.pending.truncate(5); // as if a write took some and room came back
+        saver.push(&token(0));
+        assert_eq!(saver.pending.len(), 5, "nothing after a gap");
+        assert_eq!(saver.dropped, 11);
     }
 }

@@ -7,14 +7,17 @@ mod connections;
 mod engine;
 mod error;
 mod library;
+mod notices;
 mod paths;
 mod priority;
+mod private_file;
 mod settings;
 
 use engine::Engine;
 use error::{ErrorCode, ErrorInfo};
+use notices::Notices;
 use specula_store::Store;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use tauri::Manager;
 
@@ -24,8 +27,8 @@ pub struct AppState {
     pulls: Arc<library::Pulls>,
     /// Remote engines' API keys (src-tauri/connections.rs), apart from the history.
     keys: connections::Keys,
-    /// What went wrong at start-up and was worked around, for the window to say once it opens.
-    notices: Vec<ErrorInfo>,
+    /// What went wrong and was worked around, for the window to say.
+    notices: Arc<Notices>,
 }
 
 /// The history lives in the app's data folder; SPECULA_DATA_DIR moves it (tests, portable use).
@@ -36,12 +39,14 @@ fn data_dir(app: &tauri::App) -> Result<PathBuf, Box<dyn std::error::Error>> {
     }
 }
 
-/// Nothing stored may keep the app from starting: a history that cannot be opened is moved
-/// aside (the notice says where), and a folder where none can be written leaves a history
-/// kept in memory for this session, with a notice saying so.
-fn open_history(path: &std::path::Path, notices: &mut Vec<ErrorInfo>) -> Store {
+/// Nothing stored may keep the app from starting, and nothing stored is given up for a fault
+/// that passes. A damaged history (corrupt, not a database) is moved aside, and the notice
+/// saying where is kept until the user dismisses it. A history that cannot be opened now (a
+/// full disk, a lock another program holds) is left as it is: this session's chats live in
+/// memory, with a notice, and the file is tried again ([`retry_history`]). True when in memory.
+fn open_history(path: &Path, notices: &Notices) -> (Store, bool) {
     match Store::open_or_set_aside(path) {
-        Ok((store, None)) => store,
+        Ok((store, None)) => (store, false),
         Ok((store, Some(aside))) => {
             tracing::warn!("chat history moved aside to {}: {}", aside.moved_to.display(), aside.reason);
             let message = format!(
@@ -49,21 +54,57 @@ fn open_history(path: &std::path::Path, notices: &mut Vec<ErrorInfo>) -> Store {
                 aside.reason,
                 aside.moved_to.display()
             );
-            notices.push(ErrorInfo::new(ErrorCode::HistorySetAside, message));
-            store
+            notices.keep(ErrorInfo::new(ErrorCode::HistorySetAside, message));
+            (store, false)
         }
         Err(e) => {
             tracing::error!("chat history: {e}");
-            let message = format!("The chat history cannot be kept: {e}. Chats are kept until the app closes.");
-            notices.push(ErrorInfo::new(ErrorCode::HistoryInMemory, message));
-            Store::open_in_memory().expect("an in-memory database opens")
+            let message = format!(
+                "Your chat history ({}) cannot be opened now: {}. It is kept as it is. Until it opens, chats are kept in memory; the app tries again every {} seconds, and writes them into it when it can.",
+                path.display(),
+                e.plainly(),
+                RETRY_HISTORY_EVERY.as_secs()
+            );
+            notices.add(ErrorInfo::new(ErrorCode::HistoryInMemory, message));
+            (Store::open_in_memory().expect("an in-memory database opens"), true)
         }
+    }
+}
+
+const RETRY_HISTORY_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// While the history could not be opened, try it again now and then. Once it opens, the chats
+/// kept in memory are written into it and it takes their place; the window is told
+/// (`history-restored`) and reloads its list, since the ids it holds were the memory's. A reply
+/// streaming into memory is let finish first.
+fn retry_history(app: tauri::AppHandle, path: PathBuf, store: Arc<Mutex<Store>>, engine: Engine) {
+    let retry = move || loop {
+        std::thread::sleep(RETRY_HISTORY_EVERY);
+        if engine.replying() {
+            continue;
+        }
+        let Ok(mut history) = Store::open(&path) else { continue };
+        let mut session = store.lock().unwrap_or_else(|e| e.into_inner());
+        match history.absorb(&session) {
+            Ok(()) => {
+                *session = history;
+                drop(session);
+                tracing::info!("chat history opened again: {}", path.display());
+                use tauri::Emitter;
+                app.emit("history-restored", ()).ok();
+                return;
+            }
+            Err(e) => tracing::warn!("chat history: writing this session's chats into it: {e}"),
+        }
+    };
+    if let Err(e) = std::thread::Builder::new().name("history-retry".into()).spawn(retry) {
+        tracing::error!("chat history: cannot retry: {e}");
     }
 }
 
 /// A stored setting that no longer reads (an older or damaged row) gives way to the default;
 /// its text is kept under `KEY.unreadable` and the user is told.
-fn read_setting<T: serde::de::DeserializeOwned>(store: &Store, key: &str, notices: &mut Vec<ErrorInfo>) -> Option<T> {
+fn read_setting<T: serde::de::DeserializeOwned>(store: &Store, key: &str, notices: &Notices) -> Option<T> {
     match store.setting::<T>(key) {
         Ok(value) => value,
         Err(e) => {
@@ -74,20 +115,34 @@ fn read_setting<T: serde::de::DeserializeOwned>(store: &Store, key: &str, notice
                 tracing::error!("setting {key}: could not set the unreadable value aside: {e}");
             }
             let message = format!("The saved {key} could not be read ({e}); the defaults are used. The old value is kept as {key}.unreadable.");
-            notices.push(ErrorInfo::new(ErrorCode::SettingsReset, message));
+            notices.add(ErrorInfo::new(ErrorCode::SettingsReset, message));
             None
+        }
+    }
+}
+
+/// The app's data folder, readable by the user alone: it holds the history and the API keys.
+fn private_data_dir(dir: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        let made = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir);
+        let narrowed = made.and_then(|()| std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)));
+        if let Err(e) = narrowed {
+            tracing::warn!("{}: cannot make the folder private: {e}", dir.display());
         }
     }
 }
 
 fn setup(app: &mut tauri::App) -> Result<(), Box<dyn std::error::Error>> {
     let dir = data_dir(app)?;
+    private_data_dir(&dir);
     let path = dir.join("specula.db");
     tracing::info!("chat history: {}", path.display());
-    let mut notices = Vec::new();
-    let store = open_history(&path, &mut notices);
-    let saved: Option<settings::AppSettings> = read_setting(&store, commands::SETTINGS_KEY, &mut notices);
-    let added = read_setting(&store, commands::ADDED_MODELS_KEY, &mut notices);
+    let notices = Arc::new(Notices::new(&dir));
+    let (store, in_memory) = open_history(&path, &notices);
+    let saved: Option<settings::AppSettings> = read_setting(&store, commands::SETTINGS_KEY, &notices);
+    let added = read_setting(&store, commands::ADDED_MODELS_KEY, &notices);
     paths::set_added(added.unwrap_or_default());
     let engine = Engine::spawn();
     // The stored chats, for the auto drafter's copies (the engine keeps about 4 MB of text).
@@ -96,6 +151,9 @@ fn setup(app: &mut tauri::App) -> Result<(), Box<dyn std::error::Error>> {
         Err(e) => tracing::warn!("the history's texts could not be read for drafting: {e}"),
     }
     let store = Arc::new(Mutex::new(store));
+    if in_memory {
+        retry_history(app.handle().clone(), path, store.clone(), engine.clone());
+    }
     // Load the chosen models in the background; replies queue behind the load. A model that
     // cannot load leaves the app usable, with the reason in the status line. A first run
     // whose default models are not there yet loads nothing: the window offers to download them.
@@ -107,7 +165,8 @@ fn setup(app: &mut tauri::App) -> Result<(), Box<dyn std::error::Error>> {
             tracing::warn!("the saved settings name no usable models: {}", e.message);
         }
     }
-    app.manage(AppState { store, engine, pulls: Arc::default(), keys: connections::Keys::new(&dir), notices });
+    let keys = connections::Keys::new(&dir, notices.clone());
+    app.manage(AppState { store, engine, pulls: Arc::default(), keys, notices });
     Ok(())
 }
 
@@ -204,39 +263,79 @@ mod tests {
 
     #[test]
     fn a_history_that_cannot_be_opened_is_set_aside_with_a_notice_and_no_folder_means_memory() {
-        let dir = std::env::temp_dir().join(format!("specula-open-history-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("specula.db");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("specula.db");
         std::fs::write(&path, "garbage").unwrap();
-        let mut notices = Vec::new();
-        let store = open_history(&path, &mut notices);
+        let notices = Notices::new(dir.path());
+        let (store, in_memory) = open_history(&path, &notices);
+        assert!(!in_memory);
         assert!(store.create_conversation().is_ok());
-        assert_eq!(notices.len(), 1);
-        assert_eq!(notices[0].code, "history_set_aside");
-        assert!(notices[0].message.contains("specula.db.unreadable-"), "{}", notices[0].message);
+        let said = notices.all();
+        assert_eq!(said.len(), 1);
+        assert_eq!(said[0].code, "history_set_aside");
+        assert!(said[0].message.contains("specula.db.unreadable-"), "{}", said[0].message);
+        assert_eq!(Notices::new(dir.path()).all().len(), 1, "said again at the next start until dismissed");
 
         // A folder that cannot exist (under a file): a history in memory, and the user is told.
-        let mut notices = Vec::new();
-        let store = open_history(&path.join("below-a-file").join("specula.db"), &mut notices);
+        let notices = Notices::new(&dir.path().join("elsewhere"));
+        let (store, in_memory) = open_history(&path.join("below-a-file").join("specula.db"), &notices);
+        assert!(in_memory);
         assert!(store.create_conversation().is_ok());
-        assert_eq!(notices[0].code, "history_in_memory");
-        std::fs::remove_dir_all(&dir).ok();
+        assert_eq!(notices.all()[0].code, "history_in_memory");
+    }
+
+    #[test]
+    fn a_history_another_program_holds_is_kept_and_this_session_runs_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("specula.db");
+        let store = Store::open(&path).unwrap();
+        store.set_setting("mine", &1).unwrap();
+        drop(store);
+        let mut holder = python_holder(&path);
+        let notices = Notices::new(dir.path());
+        let (store, in_memory) = open_history(&path, &notices);
+        assert!(in_memory);
+        assert_eq!(store.setting::<i32>("mine").unwrap(), None, "a session in memory");
+        let said = notices.all();
+        assert_eq!(said[0].code, "history_in_memory");
+        assert!(said[0].message.contains("another program holds a lock on it"), "{}", said[0].message);
+        holder.kill().unwrap();
+        holder.wait().unwrap();
+        assert_eq!(Store::open(&path).unwrap().setting::<i32>("mine").unwrap(), Some(1), "the file untouched");
+    }
+
+    /// Another program's exclusive hold on the history (rollback journal, a write pending).
+    fn python_holder(path: &Path) -> std::process::Child {
+        // A second process, as in the field: python3's sqlite3 holds the lock until killed.
+        let script = format!(
+            "import sqlite3,time\nc=sqlite3.connect({path:?},isolation_level=None)\nc.execute('pragma journal_mode=delete')\nc.execute('begin exclusive')\nc.execute(\"insert into settings values('held','1')\")\nprint('held',flush=True)\ntime.sleep(60)\n"
+        );
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", &script])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+        assert_eq!(line.trim(), "held");
+        child
     }
 
     #[test]
     fn a_setting_that_no_longer_reads_gives_way_to_the_default_and_is_kept() {
         let store = Store::open_in_memory().unwrap();
         store.set_setting("settings", &"not the settings").unwrap();
-        let mut notices = Vec::new();
-        let read: Option<settings::AppSettings> = read_setting(&store, "settings", &mut notices);
+        let dir = tempfile::tempdir().unwrap();
+        let notices = Notices::new(dir.path());
+        let read: Option<settings::AppSettings> = read_setting(&store, "settings", &notices);
         assert!(read.is_none());
-        assert_eq!(notices[0].code, "settings_reset");
+        assert_eq!(notices.all()[0].code, "settings_reset");
         assert_eq!(store.setting::<String>("settings.unreadable").unwrap().as_deref(), Some("\"not the settings\""));
         assert_eq!(store.setting_text("settings").unwrap(), None, "the next read gets the defaults");
         // A good row reads, with no notice.
         store.set_setting("settings", &settings::AppSettings::default()).unwrap();
-        let mut notices = Vec::new();
-        assert!(read_setting::<settings::AppSettings>(&store, "settings", &mut notices).is_some());
-        assert!(notices.is_empty());
+        let notices = Notices::new(dir.path());
+        assert!(read_setting::<settings::AppSettings>(&store, "settings", &notices).is_some());
+        assert!(notices.all().is_empty());
     }
 }

@@ -66,12 +66,24 @@ function showNotice(error: unknown): void {
   const e = toBackendError(error);
   ui.notice.hidden = false;
   ui.notice.dataset.code = e.code;
-  ui.notice.textContent = e.message;
+  const text = document.createElement('span');
+  text.textContent = e.message;
+  const close = document.createElement('button');
+  close.className = 'icon dismiss';
+  close.textContent = '×';
+  close.title = 'Dismiss';
+  close.setAttribute('aria-label', 'Dismiss');
+  close.addEventListener('click', () => {
+    clearNotice();
+    // A kept notice (a history moved aside) is said at every start until dismissed here.
+    void state?.backend.dismissNotices?.().catch(() => {});
+  });
+  ui.notice.replaceChildren(text, close);
 }
 
 function clearNotice(): void {
   ui.notice.hidden = true;
-  ui.notice.textContent = '';
+  ui.notice.replaceChildren();
 }
 
 // ----- theme and colours -----
@@ -194,6 +206,7 @@ function replyFooter(m: ChatMessage): string {
   if (m.finish_reason === 'cancelled') parts.push('stopped');
   if (m.finish_reason === 'error') parts.push('failed');
   if (m.finish_reason === 'length') parts.push('hit the token limit');
+  if (m.finish_reason === 'unsaved') parts.push('not saved: only in this window');
   if (!m.finish_reason && !state.streaming) parts.push('interrupted');
   if (m.settings_label) parts.push(m.settings_label);
   return parts.join(' · ');
@@ -277,6 +290,9 @@ async function streamReply(conversationId: number): Promise<void> {
     } else if (event.kind === 'error') {
       view.finish();
       showNotice(event.error);
+    } else if (event.kind === 'unsaved') {
+      // The history could not keep it (a full disk): the reply goes on, drawn here only.
+      showNotice(event.error);
     }
   };
   let stored: ChatMessage | undefined;
@@ -293,8 +309,19 @@ async function streamReply(conversationId: number): Promise<void> {
     if (stored?.finish_reason === 'error' && !stored.content) await giveBackPrompt(conversationId);
     // The finished reply is drawn whole, once, from the stored conversation.
     await refreshAll();
+    if (stored) keepDrawnReply(stored);
     document.body.dataset.replies = String(Number(document.body.dataset.replies ?? 0) + 1);
   }
+}
+
+/** The window never trades a longer reply it drew for a shorter stored one: when the history
+ *  could not keep all of it (a full disk), the drawn reply stays, marked as not saved. */
+function keepDrawnReply(drawn: ChatMessage): void {
+  const messages = state.conversation?.messages;
+  const i = messages?.findIndex((m) => m.id === drawn.id) ?? -1;
+  if (!messages || i < 0 || messages[i].content.length >= drawn.content.length) return;
+  messages[i] = { ...drawn, finish_reason: 'unsaved' };
+  renderMessages();
 }
 
 /** Keep the newest text in view, unless the reader scrolled up to read something else. */
@@ -659,6 +686,12 @@ async function start(): Promise<void> {
   // Said after the status, which may have a notice of its own: this one matters more.
   const notices = (await backend.startupNotices?.().catch(() => [])) ?? [];
   if (notices.length) showNotice({ code: notices[0].code, message: notices.map((n) => n.message).join(' ') });
+  // A history that could not be opened at start and opened since: its chats are back.
+  backend.onHistoryRestored?.(() => {
+    clearNotice();
+    state.conversation = null;
+    void refreshAll().catch(showNotice);
+  });
   await offerFirstRun().catch(showNotice);
   document.body.dataset.ready = 'true';
 }

@@ -184,6 +184,11 @@ pub enum ReplyEvent {
     Error {
         error: ErrorInfo,
     },
+    /// The history could not keep the reply (a full disk): it goes on, is written when space
+    /// returns, and until then what the window drew is all there is. Said once a reply.
+    Unsaved {
+        error: ErrorInfo,
+    },
 }
 
 /// A reply the shell has started: the id to cancel it by, and its stored (empty) message.

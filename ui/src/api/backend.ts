@@ -25,6 +25,10 @@ export interface Backend {
   status(): Promise<EngineStatus>;
   /** What went wrong at start-up and was worked around (a history moved aside), to show once. */
   startupNotices?(): Promise<BackendError[]>;
+  /** The user has seen the notices: the kept ones are not said again. */
+  dismissNotices?(): Promise<void>;
+  /** Call `then` when a history that could not be opened at start has opened since. */
+  onHistoryRestored?(then: () => void): void;
   /** GGUF files on offer, with whether each can draft for `target` (default: the saved one). */
   models(target?: string): Promise<ModelEntry[]>;
   /** Apply model settings: load the target if it changed, then the draft. */

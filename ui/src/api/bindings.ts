@@ -10,10 +10,17 @@ async engineStatus() : Promise<EngineStatus> {
     return await TAURI_INVOKE("engine_status");
 },
 /**
- * What went wrong at start-up and was worked around (a history moved aside, settings reset).
+ * What went wrong and was worked around (a history moved aside, settings reset), for the
+ * window to say.
  */
 async startupNotices() : Promise<ErrorInfo[]> {
     return await TAURI_INVOKE("startup_notices");
+},
+/**
+ * The user closed the notice: the kept ones are not said again at the next start.
+ */
+async dismissNotices() : Promise<void> {
+    await TAURI_INVOKE("dismiss_notices");
 },
 /**
  * The models on offer; drafts are checked against `target` (default: the saved target).
@@ -411,7 +418,12 @@ export type ReplyEvent = { kind: "started"; prompt_tokens: number } |
 /**
  * The tokens since the last message, and the latest step's figures.
  */
-{ kind: "batch"; tokens: TokenEvent[]; step: StepEvent | null } | { kind: "done"; stats: GenerationStats; finish_reason: string } | { kind: "error"; error: ErrorInfo }
+{ kind: "batch"; tokens: TokenEvent[]; step: StepEvent | null } | { kind: "done"; stats: GenerationStats; finish_reason: string } | { kind: "error"; error: ErrorInfo } | 
+/**
+ * The history could not keep the reply (a full disk): it goes on, is written when space
+ * returns, and until then what the window drew is all there is. Said once a reply.
+ */
+{ kind: "unsaved"; error: ErrorInfo }
 /**
  * A reply the shell has started: the id to cancel it by, and its stored (empty) message.
  */

@@ -3,6 +3,7 @@
 // the reply in SQLite as it streams, so nothing here persists.
 
 import { Channel } from '@tauri-apps/api/core';
+import { listen } from '@tauri-apps/api/event';
 import { commands, type ReplyEvent as WireEvent } from './bindings';
 import type { Backend } from './backend';
 import { applyEvent } from './events';
@@ -102,6 +103,12 @@ export class TauriBackend implements Backend {
   }
   startupNotices(): Promise<BackendError[]> {
     return call(commands.startupNotices());
+  }
+  async dismissNotices(): Promise<void> {
+    await commands.dismissNotices();
+  }
+  onHistoryRestored(then: () => void): void {
+    void listen('history-restored', () => then());
   }
   models(target?: string): Promise<ModelEntry[]> {
     return call(commands.listModels(target ?? null));
