@@ -70,7 +70,7 @@ pub fn save_settings(state: State<'_, AppState>, settings: AppSettings) -> Comma
 #[specta::specta]
 pub async fn apply_models(state: State<'_, AppState>, settings: AppSettings) -> CommandResult<EngineStatus> {
     if let Some(target) = settings.remote.clone() {
-        let remote = crate::connections::remote(&state.keys, &target.base_url)?;
+        let remote = crate::connections::remote(&state, &target.base_url)?;
         let check = blocking(move || Ok(remote.check())).await?;
         return Ok(crate::engine::remote_status(&target, &check));
     }
@@ -232,7 +232,7 @@ pub fn reply(
     let settings = settings.for_one_reply();
     settings.options()?;
     let remote = match &settings.remote {
-        Some(target) => Some((crate::connections::remote(&state.keys, &target.base_url)?, target.model.clone())),
+        Some(target) => Some((crate::connections::remote(&state, &target.base_url)?, target.model.clone())),
         None => {
             settings.load_spec()?;
             None

@@ -10,10 +10,11 @@ use crate::notices::Notices;
 use crate::private_file;
 use crate::AppState;
 use specula_engine::protocol::{Connection, ConnectionCheck};
-use specula_remote::Remote;
+use specula_remote::{Limits, Remote};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 use tauri::State;
 
 pub const CONNECTIONS_KEY: &str = "connections";
@@ -80,9 +81,18 @@ impl Keys {
     }
 }
 
-/// A client for the connection at `base_url`, with its key.
-pub fn remote(keys: &Keys, base_url: &str) -> CommandResult<Remote> {
-    Remote::new(base_url, keys.get(base_url))
+/// A client for the connection at `base_url`, with its key and its wait for a first token.
+pub fn remote(state: &AppState, base_url: &str) -> CommandResult<Remote> {
+    let first_token = saved(state)?.into_iter().find(|c| c.base_url == base_url).and_then(|c| c.first_token_secs);
+    Remote::with_limits(base_url, state.keys.get(base_url), limits(first_token))
+}
+
+/// The remote's bounds, with the user's wait for a first token where they set one.
+fn limits(first_token_secs: Option<u32>) -> Limits {
+    match first_token_secs {
+        Some(secs) => Limits::default().with_first_token(Duration::from_secs(secs.into())),
+        None => Limits::default(),
+    }
 }
 
 fn saved(state: &AppState) -> CommandResult<Vec<Connection>> {
@@ -93,15 +103,23 @@ fn save(state: &AppState, connections: &[Connection]) -> CommandResult<()> {
     with_store(state, |s| s.set_setting(CONNECTIONS_KEY, &connections))
 }
 
-/// Remember `check`'s findings for its connection.
-fn remember(state: &AppState, check: &ConnectionCheck, has_key: bool) -> CommandResult<()> {
+/// Remember `check`'s findings for its connection (its wait for a first token: `Some` sets
+/// it, `None` keeps what was set).
+fn remember(
+    state: &AppState,
+    check: &ConnectionCheck,
+    has_key: bool,
+    first_token_secs: Option<u32>,
+) -> CommandResult<()> {
     let mut connections = saved(state)?;
+    let earlier = connections.iter().find(|c| c.base_url == check.base_url).and_then(|c| c.first_token_secs);
     connections.retain(|c| c.base_url != check.base_url);
     connections.push(Connection {
         base_url: check.base_url.clone(),
         has_key,
         models: check.models.clone(),
         kind: check.kind,
+        first_token_secs: first_token_secs.or(earlier),
     });
     save(state, &connections)
 }
@@ -120,13 +138,17 @@ pub async fn add_connection(
     state: State<'_, AppState>,
     base_url: String,
     api_key: Option<String>,
+    first_token_secs: Option<u32>,
 ) -> CommandResult<ConnectionCheck> {
-    let remote = Remote::new(&base_url, api_key.clone())?;
+    if first_token_secs == Some(0) {
+        return Err(ErrorInfo::invalid_setting("the wait for a first token is at least 1 second"));
+    }
+    let remote = Remote::with_limits(&base_url, api_key.clone(), limits(first_token_secs))?;
     let check = blocking(move || Ok(remote.check())).await?;
     if check.error.is_none() {
         let key = api_key.as_deref().map(str::trim).filter(|k| !k.is_empty());
         state.keys.set(&check.base_url, key)?;
-        remember(&state, &check, key.is_some())?;
+        remember(&state, &check, key.is_some(), first_token_secs)?;
     }
     Ok(check)
 }
@@ -135,10 +157,10 @@ pub async fn add_connection(
 #[tauri::command]
 #[specta::specta]
 pub async fn check_connection(state: State<'_, AppState>, base_url: String) -> CommandResult<ConnectionCheck> {
-    let remote = remote(&state.keys, &base_url)?;
+    let remote = remote(&state, &base_url)?;
     let check = blocking(move || Ok(remote.check())).await?;
     if check.error.is_none() {
-        remember(&state, &check, state.keys.get(&check.base_url).is_some())?;
+        remember(&state, &check, state.keys.get(&check.base_url).is_some(), None)?;
     }
     Ok(check)
 }
@@ -210,5 +232,13 @@ mod tests {
         let said = notices.all();
         assert_eq!(said.len(), 1);
         assert!(said[0].message.contains("unreadable-"), "{}", said[0].message);
+    }
+
+    #[test]
+    fn a_connections_wait_for_a_first_token_is_not_cut_short_by_the_silence_allowed() {
+        let set = limits(Some(1200));
+        assert_eq!(set.first_token, Duration::from_secs(1200));
+        assert!(set.idle >= set.first_token && set.total >= set.first_token, "{set:?}");
+        assert_eq!(limits(None).first_token, Limits::default().first_token);
     }
 }

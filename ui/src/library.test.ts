@@ -293,8 +293,8 @@ describe('remote engines', () => {
     const asked: (string | null)[][] = [];
     const library: Library = {
       ...idle,
-      addConnection: async (url, key) => {
-        asked.push([url, key]);
+      addConnection: async (url, key, firstTokenSecs) => {
+        asked.push(firstTokenSecs ? [url, key, String(firstTokenSecs)] : [url, key]);
         return key === 'sk-good' ? ok : { ...ok, models: [], error: { code: 'unauthorized', message: 'the remote refused the API key (401): bad key' } };
       },
     };
@@ -304,7 +304,14 @@ describe('remote engines', () => {
     expect(status.dataset.state).toBe('error');
     expect(status.textContent).toBe('the remote refused the API key (401): bad key');
     expect(await connectRemote(library, 'http://gpu:8080', '', status)).toBe(false);
-    expect(asked).toEqual([['http://gpu:8080', 'sk-good'], ['http://gpu:8080', 'sk-bad'], ['http://gpu:8080', null]]);
+    // A slow remote's wait for its first token goes with the connection.
+    expect(await connectRemote(library, 'http://cpu-box:8080', 'sk-good', status, 1800)).toBe(true);
+    expect(asked).toEqual([
+      ['http://gpu:8080', 'sk-good'],
+      ['http://gpu:8080', 'sk-bad'],
+      ['http://gpu:8080', null],
+      ['http://cpu-box:8080', 'sk-good', '1800'],
+    ]);
   });
 
   it('each remembered connection is checked again and can be removed', async () => {

@@ -286,11 +286,17 @@ export function checkText(check: ConnectionCheck): string {
 }
 
 /** The connect form: the backend checks the remote and remembers it when it answers. */
-export async function connectRemote(library: Library, url: string, key: string, status: HTMLElement): Promise<boolean> {
+export async function connectRemote(
+  library: Library,
+  url: string,
+  key: string,
+  status: HTMLElement,
+  firstTokenSecs: number | null = null,
+): Promise<boolean> {
   status.dataset.state = 'checking';
   status.textContent = 'connecting…';
   try {
-    const check = await library.addConnection(url.trim(), key.trim() || null);
+    const check = await library.addConnection(url.trim(), key.trim() || null, firstTokenSecs);
     status.dataset.state = check.error ? 'error' : 'added';
     status.textContent = check.error ? check.error.message : `connected: ${checkText(check)}; its models are offered in Settings`;
     return !check.error;
@@ -373,6 +379,7 @@ export function wireLibraryDialog(dialog: HTMLDialogElement, library: Library, h
   const addConnection = part<HTMLFormElement>('#add-connection');
   const connectionUrl = $in<HTMLInputElement>(addConnection, '[name=url]');
   const connectionKey = $in<HTMLInputElement>(addConnection, '[name=key]');
+  const firstToken = $in<HTMLInputElement>(addConnection, '[name=first-token]');
   const addConnectionStatus = part('#add-connection-status');
   const doctorTarget = part<HTMLSelectElement>('#doctor-target');
   const doctorDraft = part<HTMLSelectElement>('#doctor-draft');
@@ -389,7 +396,8 @@ export function wireLibraryDialog(dialog: HTMLDialogElement, library: Library, h
   });
   addConnection.addEventListener('submit', (e) => {
     e.preventDefault();
-    void connectRemote(library, connectionUrl.value, connectionKey.value, addConnectionStatus).then((added) => {
+    const wait = firstToken.valueAsNumber >= 1 ? Math.round(firstToken.valueAsNumber) : null;
+    void connectRemote(library, connectionUrl.value, connectionKey.value, addConnectionStatus, wait).then((added) => {
       if (!added) return;
       connectionKey.value = '';
       void renderConnections(library, connections).catch(host.onError);

@@ -37,14 +37,10 @@ impl RemoteArgs {
             Some(path) => Some(read_file(path)?.lines().next().unwrap_or_default().trim().to_string()),
             None => None,
         };
-        let mut limits = Limits::default();
-        if let Some(secs) = self.remote_timeout {
-            limits.first_token = Duration::from_secs(secs);
-            // A remote may send nothing at all while it reads the prompt: the silence allowed
-            // must not cut the wait asked for short.
-            limits.idle = limits.idle.max(limits.first_token);
-            limits.total = limits.total.max(limits.first_token);
-        }
+        let limits = match self.remote_timeout {
+            Some(secs) => Limits::default().with_first_token(Duration::from_secs(secs)),
+            None => Limits::default(),
+        };
         let remote = Remote::with_limits(url, key, limits).map_err(|e| e.to_string())?;
         Ok(Some((remote, model.model.to_string_lossy().into_owned())))
     }

@@ -55,6 +55,10 @@ pub struct Connection {
     /// The remote's models at the last check.
     pub models: Vec<String>,
     pub kind: RemoteKind,
+    /// The longest wait for a reply's first token, in seconds (the remote reads the whole
+    /// prompt first); none: specula-remote's default (600 s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_token_secs: Option<u32>,
 }
 
 /// What checking a connection found: its models and how long one round trip took, or why

@@ -79,6 +79,15 @@ impl std::fmt::Debug for Remote {
     }
 }
 
+impl Limits {
+    /// These limits with `wait` for a reply's first token. A remote may send nothing at all
+    /// while it reads the prompt: the silence allowed and the whole reply's limit are raised to
+    /// at least that wait, so that neither cuts it short.
+    pub fn with_first_token(self, wait: Duration) -> Self {
+        Self { first_token: wait, idle: self.idle.max(wait), total: self.total.max(wait), ..self }
+    }
+}
+
 impl Remote {
     pub fn new(base_url: &str, key: Option<String>) -> Result<Self, ErrorInfo> {
         Self::with_limits(base_url, key, Limits::default())

@@ -109,8 +109,8 @@ async listConnections() : Promise<Connection[]> {
  * Check a remote and, when it answers, remember it (and its key); one that does not answer
  * is not kept, and the check says why.
  */
-async addConnection(baseUrl: string, apiKey: string | null) : Promise<ConnectionCheck> {
-    return await TAURI_INVOKE("add_connection", { baseUrl, apiKey });
+async addConnection(baseUrl: string, apiKey: string | null, firstTokenSecs: number | null) : Promise<ConnectionCheck> {
+    return await TAURI_INVOKE("add_connection", { baseUrl, apiKey, firstTokenSecs });
 },
 /**
  * Check a remembered connection again: its models, whether it answers, its round trip.
@@ -190,7 +190,12 @@ base_url: string; has_key: boolean;
 /**
  * The remote's models at the last check.
  */
-models: string[]; kind: RemoteKind }
+models: string[]; kind: RemoteKind; 
+/**
+ * The longest wait for a reply's first token, in seconds (the remote reads the whole
+ * prompt first); none: specula-remote's default (600 s).
+ */
+first_token_secs?: number | null }
 /**
  * What checking a connection found: its models and how long one round trip took, or why
  * it failed.

@@ -69,8 +69,8 @@ class TauriLibrary implements Library {
   connections(): Promise<Connection[]> {
     return call(commands.listConnections());
   }
-  addConnection(baseUrl: string, apiKey: string | null): Promise<ConnectionCheck> {
-    return call(commands.addConnection(baseUrl, apiKey));
+  addConnection(baseUrl: string, apiKey: string | null, firstTokenSecs?: number | null): Promise<ConnectionCheck> {
+    return call(commands.addConnection(baseUrl, apiKey, firstTokenSecs ?? null));
   }
   checkConnection(baseUrl: string): Promise<ConnectionCheck> {
     return call(commands.checkConnection(baseUrl));

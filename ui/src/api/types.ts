@@ -142,7 +142,8 @@ export interface Library {
   /** Remote engines (OpenAI-compatible servers) the user connected to. */
   connections(): Promise<Connection[]>;
   /** Check a remote and remember it (with its key) when it answers; the check says either way. */
-  addConnection(baseUrl: string, apiKey: string | null): Promise<ConnectionCheck>;
+  /** `firstTokenSecs`: the longest wait for a reply's first token (null: the default). */
+  addConnection(baseUrl: string, apiKey: string | null, firstTokenSecs?: number | null): Promise<ConnectionCheck>;
   checkConnection(baseUrl: string): Promise<ConnectionCheck>;
   removeConnection(baseUrl: string): Promise<void>;
 }
