@@ -64,9 +64,32 @@ fn constants() -> Vec<(&'static str, serde_json::Value)> {
         ("DEFAULT_CONTEXT", json!(protocol::DEFAULT_CONTEXT)),
         ("DEFAULT_MAX_TOKENS", json!(protocol::DEFAULT_MAX_TOKENS)),
         ("ERROR_CODES", json!(ErrorCode::ALL)),
+        // The settings a window starts from before the shell says its own: the engine's
+        // defaults, one definition (the model paths are this machine's, filled in by the shell).
+        (
+            "DEFAULT_SETTINGS",
+            shortest_floats(json!(protocol::AppSettings {
+                target: String::new(),
+                draft: String::new(),
+                ..Default::default()
+            })),
+        ),
         // Settings with the label the shell stores for each: the browser's label is tested on them.
         ("LABEL_CASES", json!(protocol::app::label_cases())),
     ]
+}
+
+/// `value` with each f32 written as its shortest decimal (0.8, not 0.800000011920929, which
+/// a settings form would show).
+fn shortest_floats(mut value: serde_json::Value) -> serde_json::Value {
+    if let Some(fields) = value.as_object_mut() {
+        for field in fields.values_mut() {
+            if let Some(x) = field.as_f64().filter(|x| x.fract() != 0.0 && f64::from(*x as f32) == *x) {
+                *field = serde_json::json!((x as f32).to_string().parse::<f64>().unwrap_or(x));
+            }
+        }
+    }
+    value
 }
 
 /// The TypeScript for [`builder`]: numbers for 64-bit integers (ids, sizes and counts stay far

@@ -89,7 +89,7 @@ describe('HTTP transport', () => {
         { role: 'system', content: 'Be brief.' },
         { role: 'user', content: 'Say hi' },
       ],
-      speculative: { k: 4, mode: 'greedy', drafter: 'model' },
+      speculative: { k: 4, mode: 'greedy', drafter: 'auto' },
     });
     const stored = await backend.conversation(conversation.id);
     expect(stored.title).toBe('Say hi');
@@ -111,7 +111,8 @@ describe('HTTP transport', () => {
     const backend = new HttpBackend('http://x', localStorage, (async () =>
       new Response(JSON.stringify({ ...health, draft: null, drafter: 'none' }))) as typeof fetch);
     await expect(backend.applyModels({ ...DEFAULT_SETTINGS, drafter: 'model' })).rejects.toMatchObject({ code: 'invalid_setting' });
-    expect((await backend.settings()).drafter).toBe('none');
+    // The default drafter, auto, stands: the engine decides what it drafts with (copies alone here).
+    expect((await backend.settings()).drafter).toBe('auto');
   });
 
   it('keeps, renames, searches, truncates and deletes conversations', async () => {

@@ -20,7 +20,7 @@ import type {
   StoredMessage,
   TokenEvent,
 } from './bindings';
-import { DEFAULT_CONTEXT, DEFAULT_MAX_TOKENS, ERROR_CODES } from './bindings';
+import { DEFAULT_SETTINGS as GENERATED_DEFAULT_SETTINGS, ERROR_CODES } from './bindings';
 
 export type {
   Alternative,
@@ -54,22 +54,9 @@ export type ChatMessage = StoredMessage;
 export type Drafter = DrafterKind;
 export type Settings = AppSettings;
 
-/** The settings a window starts from before the backend says its own. */
-export const DEFAULT_SETTINGS: Settings = {
-  target: '',
-  draft: '',
-  drafter: 'model',
-  k: 'auto',
-  mode: 'reproducible',
-  temperature: 0.8,
-  top_p: 0.95,
-  top_k: 40,
-  seed: null,
-  max_tokens: DEFAULT_MAX_TOKENS,
-  context: DEFAULT_CONTEXT,
-  device: 'auto',
-  remote: null,
-};
+/** The settings a window starts from before the backend says its own: the engine's defaults,
+ *  generated from `AppSettings::default()` (src-tauri/bindings.rs), never written here. */
+export const DEFAULT_SETTINGS: Settings = { ...GENERATED_DEFAULT_SETTINGS };
 
 /** Codes only the browser transport gives: a server that wants a key, a stream cut short, and
  *  an HTTP failure the server did not explain. */
