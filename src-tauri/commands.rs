@@ -202,16 +202,16 @@ pub fn delete_conversation(state: State<'_, AppState>, id: i64) -> CommandResult
 pub fn add_message(
     state: State<'_, AppState>,
     conversation_id: i64,
-    role: String,
+    role: Role,
     content: String,
 ) -> CommandResult<StoredMessage> {
-    if !matches!(role.as_str(), "user" | "system") {
+    if !matches!(role, Role::User | Role::System) {
         return Err(ErrorInfo::new(
             ErrorCode::InvalidSetting,
             "Only user and system messages are written by the window",
         ));
     }
-    with_store(&state, |s| s.add_message(conversation_id, &role, &content, None))
+    with_store(&state, |s| s.add_message(conversation_id, role, &content, None))
 }
 
 #[tauri::command]
@@ -241,7 +241,7 @@ pub fn reply(
     let conversation = with_store(&state, |s| s.conversation(conversation_id))?;
     let messages = chat_messages(&conversation);
     let label = settings.label();
-    let message = with_store(&state, |s| s.add_message(conversation_id, "assistant", "", Some(&label)))?;
+    let message = with_store(&state, |s| s.add_message(conversation_id, Role::Assistant, "", Some(&label)))?;
     let job = ReplyJob { messages, settings, message_id: message.id, events: on_event };
     let started = match &remote {
         Some((remote, model)) => state.engine.reply_remote(job, remote, model, state.store.clone()),
@@ -261,14 +261,7 @@ pub fn reply(
 fn chat_messages(conversation: &Conversation) -> Vec<Message> {
     let system =
         (!conversation.system_prompt.trim().is_empty()).then(|| Message::system(conversation.system_prompt.clone()));
-    let turns = conversation.messages.iter().map(|m| {
-        let role = match m.role.as_str() {
-            "system" => Role::System,
-            "assistant" => Role::Assistant,
-            _ => Role::User,
-        };
-        Message::new(role, m.content.clone())
-    });
+    let turns = conversation.messages.iter().map(|m| Message::new(m.role.clone(), m.content.clone()));
     system.into_iter().chain(turns).collect()
 }
 

@@ -490,8 +490,8 @@ mod tests {
         let Some(disk) = SmallDisk::mount(2 << 20) else { return };
         let mut store = Store::open(disk.path().join("specula.db")).unwrap();
         let c = store.create_conversation().unwrap();
-        store.add_message(c.id, "user", "a long answer, please", None).unwrap();
-        let reply = store.add_message(c.id, "assistant", "", None).unwrap();
+        store.add_message(c.id, specula_engine::Role::User, "a long answer, please", None).unwrap();
+        let reply = store.add_message(c.id, specula_engine::Role::Assistant, "", None).unwrap();
         let store = Mutex::new(store);
         let heard = Arc::new(Mutex::new(Vec::<String>::new()));
         let sink = heard.clone();

@@ -1,5 +1,6 @@
 //! The chat history as the store keeps it and the UI shows it.
 
+use crate::chat::Role;
 use crate::events::{GenerationStats, TokenEvent};
 use serde::{Deserialize, Serialize};
 use specta::Type;
@@ -25,8 +26,7 @@ pub struct Conversation {
 pub struct StoredMessage {
     pub id: i64,
     /// `system`, `user` or `assistant`: the store refuses any other.
-    #[specta(type = crate::chat::Role)]
-    pub role: String,
+    pub role: Role,
     pub content: String,
     /// Assistant replies: every token with its provenance.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -7,7 +7,7 @@
 use rusqlite::types::Value;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::{de::DeserializeOwned, Serialize};
-use specula_protocol::{ErrorCode, ErrorInfo, GenerationStats, Source, TokenEvent};
+use specula_protocol::{ErrorCode, ErrorInfo, GenerationStats, Role, TokenEvent};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -353,7 +353,8 @@ impl Store {
         let mut messages = Vec::new();
         for row in rows {
             let (id, role, content, stats, finish_reason, settings_label) = row?;
-            let tokens = if role == "assistant" { Some(self.tokens(id)?) } else { None };
+            let role: Role = from_stored_name(&role, "message's role")?;
+            let tokens = if role == Role::Assistant { Some(self.tokens(id)?) } else { None };
             let stats = stats.map(|s| serde_json::from_str(&s)).transpose()?;
             messages.push(StoredMessage { id, role, content, tokens, stats, finish_reason, settings_label });
         }
@@ -365,17 +366,21 @@ impl Store {
             .conn
             .prepare("SELECT token_id, text, source, p, q FROM tokens WHERE message_id = ?1 ORDER BY position")?;
         let rows = stmt.query_map([message_id], |r| {
-            let source: String = r.get(2)?;
-            Ok(TokenEvent {
-                id: r.get(0)?,
-                text: r.get(1)?,
-                source: parse_source(&source),
-                p: r.get::<_, Option<f64>>(3)?.map(|v| v as f32),
-                q: r.get::<_, Option<f64>>(4)?.map(|v| v as f32),
-                alternatives: Vec::new(),
-            })
+            Ok((r.get(0)?, r.get(1)?, r.get::<_, String>(2)?, r.get::<_, Option<f64>>(3)?, r.get::<_, Option<f64>>(4)?))
         })?;
-        Ok(rows.collect::<rusqlite::Result<_>>()?)
+        let mut tokens = Vec::new();
+        for row in rows {
+            let (id, text, source, p, q) = row?;
+            tokens.push(TokenEvent {
+                id,
+                text,
+                source: from_stored_name(&source, "token's source")?,
+                p: p.map(|v| v as f32),
+                q: q.map(|v| v as f32),
+                alternatives: Vec::new(),
+            });
+        }
+        Ok(tokens)
     }
 
     pub fn rename_conversation(&self, id: i64, title: &str) -> Result<()> {
@@ -409,20 +414,21 @@ impl Store {
     pub fn add_message(
         &mut self,
         conversation_id: i64,
-        role: &str,
+        role: Role,
         content: &str,
         settings_label: Option<&str>,
     ) -> Result<StoredMessage> {
-        if !matches!(role, "system" | "user" | "assistant") {
-            return Err(StoreError::Invalid(format!("Unknown role `{role}`")));
+        if role == Role::Tool {
+            return Err(StoreError::Invalid("The history keeps system, user and assistant messages only".into()));
         }
+        let role_name = stored_name(&role);
         let now = now_ms();
         let tx = self.conn.transaction()?;
         let changed = tx.execute(
             "UPDATE conversations SET updated_at = ?2,
                  title = CASE WHEN title = ?3 AND ?4 = 'user' THEN ?5 ELSE title END
              WHERE id = ?1",
-            params![conversation_id, now, NEW_TITLE, role, title_from(content)],
+            params![conversation_id, now, NEW_TITLE, role_name, title_from(content)],
         )?;
         if changed == 0 {
             return Err(StoreError::NotFound(format!("No conversation {conversation_id}")));
@@ -430,15 +436,15 @@ impl Store {
         tx.execute(
             "INSERT INTO messages (conversation_id, role, content, settings_label, created_at)
              VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![conversation_id, role, content, settings_label, now],
+            params![conversation_id, role_name, content, settings_label, now],
         )?;
         let id = tx.last_insert_rowid();
         tx.commit()?;
         Ok(StoredMessage {
             id,
-            role: role.to_string(),
+            tokens: (role == Role::Assistant).then(Vec::new),
+            role,
             content: content.to_string(),
-            tokens: (role == "assistant").then(Vec::new),
             stats: None,
             finish_reason: None,
             settings_label: settings_label.map(str::to_string),
@@ -472,7 +478,7 @@ impl Store {
                     start + i as i64,
                     t.id,
                     t.text,
-                    source_name(t.source),
+                    stored_name(&t.source),
                     t.p.map(f64::from),
                     t.q.map(f64::from)
                 ])?;
@@ -594,29 +600,26 @@ fn keyed_rows(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Re
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
-fn source_name(source: Source) -> &'static str {
-    match source {
-        Source::Target => "target",
-        Source::Accepted => "accepted",
-        Source::Copied => "copied",
-        Source::Resampled => "resampled",
-        Source::Bonus => "bonus",
+/// A value's name as the protocol spells it (its serde name): the store keeps roles and
+/// token sources under the names every other part uses, spelled in one place.
+fn stored_name<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(name)) => name,
+        other => unreachable!("a unit variant serializes as its name, not {other:?}"),
     }
 }
 
-fn parse_source(name: &str) -> Source {
-    match name {
-        "accepted" => Source::Accepted,
-        "copied" => Source::Copied,
-        "resampled" => Source::Resampled,
-        "bonus" => Source::Bonus,
-        _ => Source::Target,
-    }
+/// A stored name read back; one this version does not know (a newer app's, or damage) is
+/// refused with a clear error, never read as some other value.
+fn from_stored_name<T: DeserializeOwned>(name: &str, what: &str) -> Result<T> {
+    serde_json::from_value(serde_json::Value::String(name.to_string()))
+        .map_err(|_| StoreError::Invalid(format!("The history holds a {what} `{name}` this version does not know")))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use specula_protocol::Source;
 
     fn token(text: &str, source: Source, p: Option<f32>, q: Option<f32>) -> TokenEvent {
         TokenEvent { id: 7, text: text.into(), source, p, q, alternatives: Vec::new() }
@@ -629,8 +632,8 @@ mod tests {
         let (conversation, reply) = {
             let mut store = Store::open(&path).unwrap();
             let c = store.create_conversation().unwrap();
-            store.add_message(c.id, "user", "Write fizzbuzz\nin Rust", None).unwrap();
-            let reply = store.add_message(c.id, "assistant", "", Some("draft model · k auto")).unwrap();
+            store.add_message(c.id, Role::User, "Write fizzbuzz\nin Rust", None).unwrap();
+            let reply = store.add_message(c.id, Role::Assistant, "", Some("draft model · k auto")).unwrap();
             store.append_tokens(reply.id, &[token("fn", Source::Accepted, Some(0.9), Some(0.8))]).unwrap();
             store.append_tokens(reply.id, &[token(" main", Source::Resampled, Some(0.5), Some(0.1))]).unwrap();
             store.append_tokens(reply.id, &[token("()", Source::Bonus, None, None)]).unwrap();
@@ -657,12 +660,12 @@ mod tests {
     fn recent_texts_are_the_newest_messages_oldest_first_within_the_cap() {
         let mut store = Store::open_in_memory().unwrap();
         let c = store.create_conversation().unwrap();
-        store.add_message(c.id, "system", "a system prompt is not the user's text", None).unwrap();
+        store.add_message(c.id, Role::System, "a system prompt is not the user's text", None).unwrap();
         for text in ["first question", "first answer", "second question", "second answer"] {
-            let role = if text.ends_with("question") { "user" } else { "assistant" };
+            let role = if text.ends_with("question") { Role::User } else { Role::Assistant };
             store.add_message(c.id, role, text, None).unwrap();
         }
-        store.add_message(c.id, "assistant", "", None).unwrap(); // a reply that never began
+        store.add_message(c.id, Role::Assistant, "", None).unwrap(); // a reply that never began
         assert_eq!(
             store.recent_texts(1 << 20).unwrap(),
             ["first question", "first answer", "second question", "second answer"]
@@ -674,7 +677,7 @@ mod tests {
     fn finishing_a_reply_stores_its_stats() {
         let mut store = Store::open_in_memory().unwrap();
         let c = store.create_conversation().unwrap();
-        let reply = store.add_message(c.id, "assistant", "", None).unwrap();
+        let reply = store.add_message(c.id, Role::Assistant, "", None).unwrap();
         let stats = GenerationStats { generated_tokens: 3, tokens_per_second: 9.5, ..Default::default() };
         store.finish_reply(reply.id, Some(&stats), "cancelled").unwrap();
         let m = &store.conversation(c.id).unwrap().messages[0];
@@ -687,9 +690,9 @@ mod tests {
         let mut store = Store::open_in_memory().unwrap();
         let a = store.create_conversation().unwrap();
         let b = store.create_conversation().unwrap();
-        store.add_message(a.id, "user", "borrow checker 100% helper", None).unwrap();
-        let second = store.add_message(a.id, "assistant", "Sure", None).unwrap();
-        store.add_message(a.id, "user", "more", None).unwrap();
+        store.add_message(a.id, Role::User, "borrow checker 100% helper", None).unwrap();
+        let second = store.add_message(a.id, Role::Assistant, "Sure", None).unwrap();
+        store.add_message(a.id, Role::User, "more", None).unwrap();
         store.rename_conversation(b.id, "Recipes").unwrap();
         let ids = |q: &str| store.conversations(q).unwrap().iter().map(|c| c.id).collect::<Vec<_>>();
         assert_eq!(ids("BORROW"), [a.id]);
@@ -702,15 +705,15 @@ mod tests {
         store.delete_conversation(b.id).unwrap();
         assert!(matches!(store.conversation(b.id), Err(StoreError::NotFound(_))));
         assert!(matches!(store.rename_conversation(a.id, "  "), Err(StoreError::Invalid(_))));
-        assert!(matches!(store.add_message(b.id, "user", "x", None), Err(StoreError::NotFound(_))));
-        assert!(matches!(store.add_message(a.id, "robot", "x", None), Err(StoreError::Invalid(_))));
+        assert!(matches!(store.add_message(b.id, Role::User, "x", None), Err(StoreError::NotFound(_))));
+        assert!(matches!(store.add_message(a.id, Role::Tool, "x", None), Err(StoreError::Invalid(_))));
     }
 
     #[test]
     fn deleting_a_conversation_deletes_its_messages_and_tokens() {
         let mut store = Store::open_in_memory().unwrap();
         let c = store.create_conversation().unwrap();
-        let reply = store.add_message(c.id, "assistant", "", None).unwrap();
+        let reply = store.add_message(c.id, Role::Assistant, "", None).unwrap();
         store.append_tokens(reply.id, &[token("x", Source::Target, None, None)]).unwrap();
         store.delete_conversation(c.id).unwrap();
         let count: i64 = store.conn.query_row("SELECT COUNT(*) FROM tokens", [], |r| r.get(0)).unwrap();
@@ -785,7 +788,7 @@ mod tests {
         let path = dir.path().join("specula.db");
         let mut store = Store::open(&path).unwrap();
         let c = store.create_conversation().unwrap();
-        store.add_message(c.id, "user", "keep me", None).unwrap();
+        store.add_message(c.id, Role::User, "keep me", None).unwrap();
         drop(store);
         // Another program takes the file in rollback mode with an exclusive lock, as a second
         // app or a backup tool can.
@@ -851,7 +854,7 @@ mod tests {
         let path = disk.path().join("specula.db");
         let mut store = Store::open(&path).unwrap();
         let c = store.create_conversation().unwrap();
-        store.add_message(c.id, "user", "my first chat", None).unwrap();
+        store.add_message(c.id, Role::User, "my first chat", None).unwrap();
         drop(store);
         let before = std::fs::read(&path).unwrap();
         let filler = disk.fill();
@@ -877,7 +880,7 @@ mod tests {
     fn a_write_on_a_full_disk_fails_plainly_and_succeeds_once_space_returns() {
         let mut store = Store::open_in_memory().unwrap();
         let c = store.create_conversation().unwrap();
-        let reply = store.add_message(c.id, "assistant", "", None).unwrap();
+        let reply = store.add_message(c.id, Role::Assistant, "", None).unwrap();
         let pages: i64 = store.conn.query_row("PRAGMA page_count", [], |r| r.get(0)).unwrap();
         store.conn.pragma_update(None, "max_page_count", pages).unwrap();
         let many: Vec<_> = (0..2000).map(|_| token("a longer token text ", Source::Target, None, None)).collect();
@@ -915,13 +918,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut history = Store::open(dir.path().join("specula.db")).unwrap();
         let old = history.create_conversation().unwrap();
-        history.add_message(old.id, "user", "from before", None).unwrap();
+        history.add_message(old.id, Role::User, "from before", None).unwrap();
         history.set_setting("theme", &"light").unwrap();
 
         let mut session = Store::open_in_memory().unwrap();
         let c = session.create_conversation().unwrap();
-        session.add_message(c.id, "user", "Written while the disk was full", None).unwrap();
-        let reply = session.add_message(c.id, "assistant", "", Some("draft model · k auto")).unwrap();
+        session.add_message(c.id, Role::User, "Written while the disk was full", None).unwrap();
+        let reply = session.add_message(c.id, Role::Assistant, "", Some("draft model · k auto")).unwrap();
         session.append_tokens(reply.id, &[token("Hi", Source::Accepted, Some(0.9), Some(0.7))]).unwrap();
         let stats = GenerationStats { generated_tokens: 1, ..Default::default() };
         session.finish_reply(reply.id, Some(&stats), "stop").unwrap();
@@ -944,5 +947,18 @@ mod tests {
             Some("dark"),
             "the session's settings are newer"
         );
+    }
+
+    #[test]
+    fn a_role_or_source_this_version_does_not_know_is_refused_on_read_never_mapped() {
+        let mut store = Store::open_in_memory().unwrap();
+        let c = store.create_conversation().unwrap();
+        let reply = store.add_message(c.id, Role::Assistant, "", None).unwrap();
+        store.append_tokens(reply.id, &[token("x", Source::Copied, None, None)]).unwrap();
+        let stored: String = store.conn.query_row("SELECT source FROM tokens", [], |r| r.get(0)).unwrap();
+        assert_eq!(stored, "copied", "the protocol's own name");
+        store.conn.execute("UPDATE tokens SET source = 'telepathy'", []).unwrap();
+        let refused = store.conversation(c.id).unwrap_err().to_string();
+        assert!(refused.contains("token's source `telepathy`"), "{refused}");
     }
 }

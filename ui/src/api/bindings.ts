@@ -62,7 +62,7 @@ async setSystemPrompt(id: number, text: string) : Promise<null> {
 async deleteConversation(id: number) : Promise<null> {
     return await TAURI_INVOKE("delete_conversation", { id });
 },
-async addMessage(conversationId: number, role: string, content: string) : Promise<StoredMessage> {
+async addMessage(conversationId: number, role: Role, content: string) : Promise<StoredMessage> {
     return await TAURI_INVOKE("add_message", { conversationId, role, content });
 },
 async truncateMessages(conversationId: number, fromMessageId: number) : Promise<null> {
