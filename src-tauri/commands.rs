@@ -240,8 +240,7 @@ pub fn reply(
     };
     let conversation = with_store(&state, |s| s.conversation(conversation_id))?;
     let messages = chat_messages(&conversation);
-    let label = settings.label();
-    let message = with_store(&state, |s| s.add_message(conversation_id, Role::Assistant, "", Some(&label)))?;
+    let message = with_store(&state, |s| s.add_message(conversation_id, Role::Assistant, "", Some(&settings)))?;
     let job = ReplyJob { messages, settings, message_id: message.id, events: on_event };
     let started = match &remote {
         Some((remote, model)) => state.engine.reply_remote(job, remote, model, state.store.clone()),

@@ -444,45 +444,7 @@ impl<'a> Outbox<'a> {
 mod tests {
     use super::*;
     use specula_engine::Source;
-    use std::path::Path;
-
-    /// A tmpfs of `bytes` at a temporary folder, unmounted when dropped; `None` where this
-    /// process may not mount one (not root), and the case is not run.
-    struct SmallDisk(tempfile::TempDir);
-
-    impl SmallDisk {
-        fn mount(bytes: usize) -> Option<Self> {
-            let dir = tempfile::tempdir().ok()?;
-            let mounted = std::process::Command::new("mount")
-                .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
-                .arg(dir.path())
-                .stderr(std::process::Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            if !mounted {
-                eprintln!("cannot mount a tmpfs here (not root?): the full-disk case is not run");
-            }
-            mounted.then_some(Self(dir))
-        }
-
-        fn path(&self) -> &Path {
-            self.0.path()
-        }
-
-        fn fill(&self) -> std::path::PathBuf {
-            use std::io::Write;
-            let filler = self.path().join("filler");
-            let mut file = std::fs::File::create(&filler).unwrap();
-            while file.write_all(&[0u8; 4096]).is_ok() {}
-            filler
-        }
-    }
-
-    impl Drop for SmallDisk {
-        fn drop(&mut self) {
-            std::process::Command::new("umount").arg(self.0.path()).status().ok();
-        }
-    }
+    use specula_store::test_support::SmallDisk;
 
     #[test]
     fn a_full_disk_mid_reply_is_said_once_and_the_reply_is_stored_whole_when_space_returns() {

@@ -201,8 +201,9 @@ function fillBody(body: HTMLElement, m: ChatMessage): void {
 
 function replyFooter(m: ChatMessage): string {
   const parts: string[] = [];
-  // A remote's reply is labelled "remote MODEL @ HOST" (AppSettings::label).
-  if (m.stats) parts.push(m.settings_label?.startsWith('remote ') ? summarizeRemote(m.stats) : summarize(m.stats, state.settings.k));
+  // Each reply's figures as its own settings say: the k it was made with, and whether a
+  // remote engine wrote it (replies stored before settings were kept: local, k auto).
+  if (m.stats) parts.push(m.settings?.remote ? summarizeRemote(m.stats) : summarize(m.stats, m.settings?.k ?? 'auto'));
   if (m.finish_reason === 'cancelled') parts.push('stopped');
   if (m.finish_reason === 'error') parts.push('failed');
   if (m.finish_reason === 'length') parts.push('hit the token limit');

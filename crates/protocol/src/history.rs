@@ -1,5 +1,6 @@
 //! The chat history as the store keeps it and the UI shows it.
 
+use crate::app::AppSettings;
 use crate::chat::Role;
 use crate::events::{GenerationStats, TokenEvent};
 use serde::{Deserialize, Serialize};
@@ -40,4 +41,8 @@ pub struct StoredMessage {
     /// The settings the reply was made with, e.g. "draft model · k auto · greedy".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub settings_label: Option<String>,
+    /// Those settings whole (replies stored since they were kept): what the reply's footer
+    /// reads, its k and whether a remote engine wrote it, whatever the settings are now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<AppSettings>,
 }

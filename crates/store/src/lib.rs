@@ -7,7 +7,7 @@
 use rusqlite::types::Value;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::{de::DeserializeOwned, Serialize};
-use specula_protocol::{ErrorCode, ErrorInfo, GenerationStats, Role, TokenEvent};
+use specula_protocol::{AppSettings, ErrorCode, ErrorInfo, GenerationStats, Role, TokenEvent};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -87,7 +87,8 @@ CREATE TABLE IF NOT EXISTS messages (
     stats TEXT,
     finish_reason TEXT,
     settings_label TEXT,
-    created_at INTEGER NOT NULL
+    created_at INTEGER NOT NULL,
+    settings TEXT
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
 CREATE TABLE IF NOT EXISTS tokens (
@@ -274,6 +275,7 @@ impl Store {
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.execute_batch(SCHEMA)?;
+        add_missing_columns(&conn)?;
         Ok(Self { conn })
     }
 
@@ -337,7 +339,7 @@ impl Store {
 
     fn messages(&self, conversation_id: i64) -> Result<Vec<StoredMessage>> {
         let mut stmt = self.conn.prepare(
-            "SELECT id, role, content, stats, finish_reason, settings_label FROM messages
+            "SELECT id, role, content, stats, finish_reason, settings_label, settings FROM messages
              WHERE conversation_id = ?1 ORDER BY id",
         )?;
         let rows = stmt.query_map([conversation_id], |r| {
@@ -348,15 +350,18 @@ impl Store {
                 r.get::<_, Option<String>>(3)?,
                 r.get::<_, Option<String>>(4)?,
                 r.get::<_, Option<String>>(5)?,
+                r.get::<_, Option<String>>(6)?,
             ))
         })?;
         let mut messages = Vec::new();
         for row in rows {
-            let (id, role, content, stats, finish_reason, settings_label) = row?;
+            let (id, role, content, stats, finish_reason, settings_label, settings) = row?;
             let role: Role = from_stored_name(&role, "message's role")?;
             let tokens = if role == Role::Assistant { Some(self.tokens(id)?) } else { None };
             let stats = stats.map(|s| serde_json::from_str(&s)).transpose()?;
-            messages.push(StoredMessage { id, role, content, tokens, stats, finish_reason, settings_label });
+            // Settings a later version wrote in a shape this one cannot read: the label says them.
+            let settings = settings.and_then(|s| serde_json::from_str(&s).ok());
+            messages.push(StoredMessage { id, role, content, tokens, stats, finish_reason, settings_label, settings });
         }
         Ok(messages)
     }
@@ -416,12 +421,14 @@ impl Store {
         conversation_id: i64,
         role: Role,
         content: &str,
-        settings_label: Option<&str>,
+        settings: Option<&AppSettings>,
     ) -> Result<StoredMessage> {
         if role == Role::Tool {
             return Err(StoreError::Invalid("The history keeps system, user and assistant messages only".into()));
         }
         let role_name = stored_name(&role);
+        let settings_label = settings.map(AppSettings::label);
+        let settings_json = settings.map(serde_json::to_string).transpose()?;
         let now = now_ms();
         let tx = self.conn.transaction()?;
         let changed = tx.execute(
@@ -434,9 +441,9 @@ impl Store {
             return Err(StoreError::NotFound(format!("No conversation {conversation_id}")));
         }
         tx.execute(
-            "INSERT INTO messages (conversation_id, role, content, settings_label, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![conversation_id, role_name, content, settings_label, now],
+            "INSERT INTO messages (conversation_id, role, content, settings_label, created_at, settings)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![conversation_id, role_name, content, settings_label, now, settings_json],
         )?;
         let id = tx.last_insert_rowid();
         tx.commit()?;
@@ -447,7 +454,8 @@ impl Store {
             content: content.to_string(),
             stats: None,
             finish_reason: None,
-            settings_label: settings_label.map(str::to_string),
+            settings_label,
+            settings: settings.cloned(),
         })
     }
 
@@ -521,15 +529,15 @@ impl Store {
             let conversation = tx.last_insert_rowid();
             let messages = keyed_rows(
                 from,
-                "SELECT id, role, content, stats, finish_reason, settings_label, created_at FROM messages
+                "SELECT id, role, content, stats, finish_reason, settings_label, created_at, settings FROM messages
                  WHERE conversation_id = ?1 ORDER BY id",
                 [old_conversation],
             )?;
             for (old_message, row) in messages {
                 let row = std::iter::once(Value::Integer(conversation)).chain(row);
                 tx.execute(
-                    "INSERT INTO messages (conversation_id, role, content, stats, finish_reason, settings_label, created_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    "INSERT INTO messages (conversation_id, role, content, stats, finish_reason, settings_label, created_at, settings)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                     rusqlite::params_from_iter(row),
                 )?;
                 let message = tx.last_insert_rowid();
@@ -600,6 +608,17 @@ fn keyed_rows(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Re
     Ok(rows.collect::<rusqlite::Result<_>>()?)
 }
 
+/// Columns later versions added, added to a history an earlier one made (`CREATE TABLE IF
+/// NOT EXISTS` leaves an existing table as it was).
+fn add_missing_columns(conn: &Connection) -> Result<()> {
+    let has_settings: bool =
+        conn.query_row("SELECT COUNT(*) FROM pragma_table_info('messages') WHERE name = 'settings'", [], |r| r.get(0))?;
+    if !has_settings {
+        conn.execute_batch("ALTER TABLE messages ADD COLUMN settings TEXT")?;
+    }
+    Ok(())
+}
+
 /// A value's name as the protocol spells it (its serde name): the store keeps roles and
 /// token sources under the names every other part uses, spelled in one place.
 fn stored_name<T: Serialize>(value: &T) -> String {
@@ -616,9 +635,56 @@ fn from_stored_name<T: DeserializeOwned>(name: &str, what: &str) -> Result<T> {
         .map_err(|_| StoreError::Invalid(format!("The history holds a {what} `{name}` this version does not know")))
 }
 
+/// What tests of the history need on the machine, for this crate's and the app's tests.
+#[cfg(any(test, feature = "test-support"))]
+pub mod test_support {
+    use std::path::{Path, PathBuf};
+
+    /// A tmpfs of `bytes` at a temporary folder, unmounted when dropped: a disk that can be
+    /// filled and emptied. `None` where this process may not mount one (not root); the caller's
+    /// case is then not run, and says so.
+    pub struct SmallDisk(tempfile::TempDir);
+
+    impl SmallDisk {
+        pub fn mount(bytes: usize) -> Option<Self> {
+            let dir = tempfile::tempdir().ok()?;
+            let mounted = std::process::Command::new("mount")
+                .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+                .arg(dir.path())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if !mounted {
+                eprintln!("cannot mount a tmpfs here (not root?): a full-disk case is not run");
+            }
+            mounted.then_some(Self(dir))
+        }
+
+        pub fn path(&self) -> &Path {
+            self.0.path()
+        }
+
+        /// Fill what is left with a file; removing it gives the space back.
+        pub fn fill(&self) -> PathBuf {
+            use std::io::Write;
+            let filler = self.path().join("filler");
+            let Ok(mut file) = std::fs::File::create(&filler) else { return filler };
+            while file.write_all(&[0u8; 4096]).is_ok() {}
+            filler
+        }
+    }
+
+    impl Drop for SmallDisk {
+        fn drop(&mut self) {
+            std::process::Command::new("umount").arg(self.0.path()).status().ok();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::SmallDisk;
     use specula_protocol::Source;
 
     fn token(text: &str, source: Source, p: Option<f32>, q: Option<f32>) -> TokenEvent {
@@ -633,7 +699,7 @@ mod tests {
             let mut store = Store::open(&path).unwrap();
             let c = store.create_conversation().unwrap();
             store.add_message(c.id, Role::User, "Write fizzbuzz\nin Rust", None).unwrap();
-            let reply = store.add_message(c.id, Role::Assistant, "", Some("draft model · k auto")).unwrap();
+            let reply = store.add_message(c.id, Role::Assistant, "", Some(&AppSettings::default())).unwrap();
             store.append_tokens(reply.id, &[token("fn", Source::Accepted, Some(0.9), Some(0.8))]).unwrap();
             store.append_tokens(reply.id, &[token(" main", Source::Resampled, Some(0.5), Some(0.1))]).unwrap();
             store.append_tokens(reply.id, &[token("()", Source::Bonus, None, None)]).unwrap();
@@ -647,6 +713,7 @@ mod tests {
         assert_eq!(stored.id, reply);
         assert_eq!(stored.content, "fn main()");
         assert_eq!(stored.finish_reason, None);
+        assert_eq!(stored.settings, Some(AppSettings::default()), "the reply's own settings, whole");
         let tokens = stored.tokens.as_ref().unwrap();
         assert_eq!(
             tokens.iter().map(|t| t.source).collect::<Vec<_>>(),
@@ -808,46 +875,6 @@ mod tests {
         assert_eq!(store.conversation(c.id).unwrap().messages[0].content, "keep me");
     }
 
-    /// A tmpfs of `bytes`, unmounted when dropped; `None` where this process may not mount
-    /// (not root): a full disk is then made by SQLite's page limit alone.
-    struct SmallDisk(tempfile::TempDir);
-
-    impl SmallDisk {
-        fn mount(bytes: usize) -> Option<Self> {
-            let dir = tempfile::tempdir().ok()?;
-            let size = format!("size={bytes}");
-            let mounted = std::process::Command::new("mount")
-                .args(["-t", "tmpfs", "-o", &size, "tmpfs"])
-                .arg(dir.path())
-                .stderr(std::process::Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            if !mounted {
-                eprintln!("cannot mount a tmpfs here (not root?): the disk-full-at-open case is not run");
-            }
-            mounted.then_some(Self(dir))
-        }
-
-        fn path(&self) -> &Path {
-            self.0.path()
-        }
-
-        /// Fill what is left with a file; removing it gives the space back.
-        fn fill(&self) -> PathBuf {
-            use std::io::Write;
-            let filler = self.path().join("filler");
-            let mut file = std::fs::File::create(&filler).unwrap();
-            while file.write_all(&[0u8; 4096]).is_ok() {}
-            filler
-        }
-    }
-
-    impl Drop for SmallDisk {
-        fn drop(&mut self) {
-            std::process::Command::new("umount").arg(self.0.path()).status().ok();
-        }
-    }
-
     #[test]
     fn a_full_disk_at_open_keeps_the_history_and_leaves_no_empty_file() {
         let Some(disk) = SmallDisk::mount(512 << 10) else { return };
@@ -924,7 +951,8 @@ mod tests {
         let mut session = Store::open_in_memory().unwrap();
         let c = session.create_conversation().unwrap();
         session.add_message(c.id, Role::User, "Written while the disk was full", None).unwrap();
-        let reply = session.add_message(c.id, Role::Assistant, "", Some("draft model · k auto")).unwrap();
+        let made_with = AppSettings { k: specula_protocol::KSetting::Fixed(3), ..Default::default() };
+        let reply = session.add_message(c.id, Role::Assistant, "", Some(&made_with)).unwrap();
         session.append_tokens(reply.id, &[token("Hi", Source::Accepted, Some(0.9), Some(0.7))]).unwrap();
         let stats = GenerationStats { generated_tokens: 1, ..Default::default() };
         session.finish_reply(reply.id, Some(&stats), "stop").unwrap();
@@ -939,7 +967,8 @@ mod tests {
         let answer = &copied.messages[1];
         assert_eq!(answer.content, "Hi");
         assert_eq!(answer.stats.as_ref(), Some(&stats));
-        assert_eq!(answer.settings_label.as_deref(), Some("draft model · k auto"));
+        assert_eq!(answer.settings_label, Some(made_with.label()));
+        assert_eq!(answer.settings.as_ref(), Some(&made_with));
         assert_eq!(answer.tokens.as_ref().unwrap()[0].q, Some(0.7));
         assert_eq!(history.conversation(old.id).unwrap().messages[0].content, "from before");
         assert_eq!(
@@ -960,5 +989,26 @@ mod tests {
         store.conn.execute("UPDATE tokens SET source = 'telepathy'", []).unwrap();
         let refused = store.conversation(c.id).unwrap_err().to_string();
         assert!(refused.contains("token's source `telepathy`"), "{refused}");
+    }
+
+    #[test]
+    fn a_history_from_before_replies_kept_their_settings_opens_and_gains_the_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("specula.db");
+        let old = Connection::open(&path).unwrap();
+        old.execute_batch(&SCHEMA.replace(",\n    settings TEXT", "")).unwrap();
+        old.execute_batch(
+            "INSERT INTO conversations VALUES (1, 'Old', '', 0, 0);
+             INSERT INTO messages (conversation_id, role, content, settings_label, created_at)
+             VALUES (1, 'assistant', 'hi', 'remote m @ h · remote', 0);",
+        )
+        .unwrap();
+        drop(old);
+        let mut store = Store::open(&path).unwrap();
+        let before = &store.conversation(1).unwrap().messages[0];
+        assert_eq!((before.settings.as_ref(), before.settings_label.as_deref()), (None, Some("remote m @ h · remote")));
+        let reply = store.add_message(1, Role::Assistant, "", Some(&AppSettings::default())).unwrap();
+        assert_eq!(store.conversation(1).unwrap().messages[1].id, reply.id);
+        assert!(store.conversation(1).unwrap().messages[1].settings.is_some());
     }
 }

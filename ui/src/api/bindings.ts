@@ -523,7 +523,12 @@ finish_reason?: string | null;
 /**
  * The settings the reply was made with, e.g. "draft model · k auto · greedy".
  */
-settings_label?: string | null }
+settings_label?: string | null; 
+/**
+ * Those settings whole (replies stored since they were kept): what the reply's footer
+ * reads, its k and whether a remote engine wrote it, whatever the settings are now.
+ */
+settings?: AppSettings | null }
 export type TokenEvent = { id: number; 
 /**
  * The text this token completes; empty while a UTF-8 character is still partial.

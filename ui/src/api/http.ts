@@ -184,6 +184,7 @@ export class HttpBackend implements Backend {
       content: '',
       tokens: [],
       settings_label: replyLabel(settings),
+      settings,
     });
     // Saving rewrites the whole history in the browser's storage: during the reply it happens
     // at most once a second (a reload loses at most that), and once when the reply ends.
