@@ -225,7 +225,9 @@ def main():
                     help="only the bench prompts, plain and speculative (step 2), written to --out")
     args = ap.parse_args()
 
-    bin_dir = Path(run([ROOT / "scripts" / "llama-cpp.sh"] + (["--server"] if args.drafters else [])).stdout.strip())
+    # llama-server's build carries llama-bench too: --speed-only needs nothing else.
+    server = args.drafters or args.speed_only
+    bin_dir = Path(run([ROOT / "scripts" / "llama-cpp.sh"] + (["--server"] if server else [])).stdout.strip())
     # What llama.cpp build every figure below stands beside: version, CPU, flags, cmake options.
     llama_build = json.loads((bin_dir / "build-info.json").read_text())
     run(["cargo", "build", "--quiet", "--release", "-p", "specula-cli"], cwd=ROOT)

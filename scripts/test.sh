@@ -32,7 +32,8 @@ trap 'rm -rf "$TMPDIR"' EXIT
 cargo fmt --all -- --check
 # BENCHMARKS.md and the README's summary must be what bench/*.json say.
 python3 scripts/benchmarks.py --check
-# The engine's modules read bottom up: a `use crate::` that closes a circle fails here.
+# Every crate's modules and the UI's read bottom up: a `use crate::` or an import that
+# closes a circle fails here.
 python3 scripts/module-graph.py --check
 cargo clippy --workspace --all-targets -- -D warnings
 # The CUDA build compiles here, with no GPU: nvcc from NVIDIA's PyPI wheels compiles candle's

@@ -1,13 +1,14 @@
 //! The commands the webview may call (each listed in src-tauri/capabilities). They are thin:
 //! the history is in specula-store, decoding in the engine thread.
 
+use crate::access::{blocking, with_store};
 use crate::engine::ReplyJob;
 use crate::error::{CommandResult, ErrorCode, ErrorInfo};
 use crate::settings::{models_dir, AppSettings, EngineSettings};
 use crate::AppState;
 use specula_engine::protocol::{EngineStatus, ModelEntry, ReplyEvent, ReplyStarted};
 use specula_engine::{check_draft_for, inspect, Message, Role};
-use specula_store::{Conversation, ConversationSummary, Store, StoredMessage};
+use specula_store::{Conversation, ConversationSummary, StoredMessage};
 use std::path::{Path, PathBuf};
 use tauri::ipc::Channel;
 use tauri::State;
@@ -15,21 +16,6 @@ use tauri::State;
 pub const SETTINGS_KEY: &str = "settings";
 /// The model files the user added by path (`Vec<PathBuf>`).
 pub const ADDED_MODELS_KEY: &str = "added_models";
-
-pub(crate) fn with_store<T>(
-    state: &AppState,
-    f: impl FnOnce(&mut Store) -> specula_store::Result<T>,
-) -> CommandResult<T> {
-    let mut store = state.store.lock().map_err(|_| ErrorInfo::internal("the history database is unavailable"))?;
-    Ok(f(&mut store)?)
-}
-
-/// Blocking work (loading models, reading model headers) off the IPC thread.
-pub(crate) async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> CommandResult<T> + Send + 'static,
-) -> CommandResult<T> {
-    tauri::async_runtime::spawn_blocking(f).await.map_err(|e| ErrorInfo::internal(e.to_string()))?
-}
 
 #[tauri::command]
 #[specta::specta]

@@ -4,7 +4,7 @@
 //! history, mode 0600), so that neither a copy of the history nor a log carries it, and it is
 //! sent only to the host it was given for (specula-remote follows no redirect).
 
-use crate::commands::{blocking, with_store};
+use crate::access::{blocking, with_store};
 use crate::error::{CommandResult, ErrorCode, ErrorInfo};
 use crate::notices::Notices;
 use crate::private_file;

@@ -1,6 +1,7 @@
 //! The Specula desktop shell: thin Tauri commands over the engine service (adapted in
 //! src-tauri/engine.rs) and the SQLite chat history (crates/store). No decoding logic lives here.
 
+mod access;
 pub mod bindings;
 mod commands;
 mod connections;

@@ -46,7 +46,7 @@ pub fn add(path: &str) -> Result<Vec<PathBuf>, ErrorInfo> {
 
 /// The folders models may be read from.
 pub fn model_roots() -> Vec<PathBuf> {
-    vec![crate::settings::models_dir(), specula_hub::Hub::from_env().cache_dir().to_path_buf()]
+    vec![specula_engine::protocol::app::models_dir(), specula_hub::Hub::from_env().cache_dir().to_path_buf()]
 }
 
 /// `path` if it names a `.gguf` file inside one of `roots`; the error says where models go.

@@ -1,7 +1,8 @@
 // The chat window. Everything it asks of the engine goes through the Backend service layer.
 
 import './style.css';
-import { type Backend, connect } from './api/backend';
+import type { Backend } from './api/backend';
+import { connect } from './api/connect';
 import type { ChatMessage, Connection, Conversation, GenerationStats, ModelEntry, ReplyEvent, ReplyHandle, Settings, StepEvent } from './api/types';
 import { remoteHost, remoteModelName } from './api/label';
 import { DEFAULT_SETTINGS, toBackendError } from './api/types';

@@ -228,8 +228,10 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Generate(args) => run::generate(args).map(|()| ExitCode::SUCCESS),
-        Command::Chat(args) => run::chat(args).map(|()| ExitCode::SUCCESS),
+        Command::Generate(args) => {
+            remote::try_generate(&args).unwrap_or_else(|| run::generate(args)).map(|()| ExitCode::SUCCESS)
+        }
+        Command::Chat(args) => remote::try_chat(&args).unwrap_or_else(|| run::chat(args)).map(|()| ExitCode::SUCCESS),
         Command::Tokenize(args) => run::tokenize(args).map(|()| ExitCode::SUCCESS),
         Command::ChatTemplate(args) => run::chat_template(args).map(|()| ExitCode::SUCCESS),
         Command::Bench(args) => bench::bench(args).map(|()| ExitCode::SUCCESS),

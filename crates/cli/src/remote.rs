@@ -2,28 +2,13 @@
 //! OpenAI API. The reply prints as a local one does, coloured by provenance where the remote
 //! reports it (another `specula serve`); any failure is one `error:` line and exit status 2.
 
-use crate::run::{chat_loop, options, print_stats, read_file, CliResult, Printer};
+use crate::run::{
+    chat_loop, options, print_stats, read_file, user_prompt, ChatArgs, CliResult, GenerateArgs, Printer, RemoteArgs,
+};
 use crate::{ModelArgs, SamplingArgs};
-use clap::Args;
 use specula_engine::{Flow, Generation, Message, TokenSink};
 use specula_remote::{Limits, Remote, RemoteEvent, RemoteTicket};
-use std::path::PathBuf;
 use std::time::Duration;
-
-#[derive(Args, Clone, Default)]
-pub struct RemoteArgs {
-    /// Chat with a remote engine (an OpenAI-compatible base URL, e.g. http://gpu-box:8080)
-    /// instead of a local model; --model then names the remote's model id.
-    #[arg(long)]
-    pub remote: Option<String>,
-    /// The remote's API key, read from this file (its first line).
-    #[arg(long, requires = "remote")]
-    pub api_key_file: Option<PathBuf>,
-    /// How long to wait for the remote's first token (it reads the whole prompt first)
-    /// [default: 600]
-    #[arg(long, requires = "remote", value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
-    pub remote_timeout: Option<u64>,
-}
 
 impl RemoteArgs {
     /// The remote to talk to, or `None` for a local model. Local-only options are refused
@@ -44,6 +29,29 @@ impl RemoteArgs {
         let remote = Remote::with_limits(url, key, limits).map_err(|e| e.to_string())?;
         Ok(Some((remote, model.model.to_string_lossy().into_owned())))
     }
+}
+
+/// `specula generate --remote ...`; `None` when no remote was named (a local model's reply).
+pub fn try_generate(args: &GenerateArgs) -> Option<CliResult> {
+    let reply = || -> CliResult {
+        let Some((remote, model)) = args.remote.open(&args.model)? else { return Ok(()) };
+        if args.raw {
+            return Err("--raw needs a local model: a remote takes chat messages".into());
+        }
+        let mut messages: Vec<Message> = args.system.iter().map(Message::system).collect();
+        messages.push(Message::user(user_prompt(args)?));
+        generate(&remote, &model, &messages, &args.sampling, args.json)
+    };
+    args.remote.remote.is_some().then(reply)
+}
+
+/// `specula chat --remote ...`; `None` when no remote was named.
+pub fn try_chat(args: &ChatArgs) -> Option<CliResult> {
+    let turns = || -> CliResult {
+        let Some((remote, model)) = args.remote.open(&args.model)? else { return Ok(()) };
+        chat(&remote, &model, args.system.as_deref(), &args.sampling)
+    };
+    args.remote.remote.is_some().then(turns)
 }
 
 /// One reply from the remote, streamed to stdout (or as JSON at the end).

@@ -1,6 +1,5 @@
 //! `generate`, `chat` and `tokenize`.
 
-use crate::remote::RemoteArgs;
 use crate::safe_text::{printable, printable_json, PrintableStream};
 use crate::{ModelArgs, SamplingArgs};
 use clap::Args;
@@ -15,14 +14,14 @@ use std::path::PathBuf;
 #[derive(Args)]
 pub struct GenerateArgs {
     #[command(flatten)]
-    model: ModelArgs,
+    pub model: ModelArgs,
     #[command(flatten)]
-    remote: RemoteArgs,
+    pub remote: RemoteArgs,
     /// Draft length: 1-16, or auto to choose it per step from measured costs.
     #[arg(long, default_value = "auto")]
     k: KSetting,
     #[command(flatten)]
-    sampling: SamplingArgs,
+    pub sampling: SamplingArgs,
     /// The user's message (or, with --raw, the whole prompt).
     #[arg(long, conflicts_with = "prompt_file", required_unless_present = "prompt_file")]
     prompt: Option<String>,
@@ -31,28 +30,44 @@ pub struct GenerateArgs {
     prompt_file: Option<PathBuf>,
     /// System prompt (otherwise the chat template's default, if any).
     #[arg(long)]
-    system: Option<String>,
+    pub system: Option<String>,
     /// Use the prompt as it is, without the chat template.
     #[arg(long)]
-    raw: bool,
+    pub raw: bool,
     /// Print one JSON object when done instead of streaming text.
     #[arg(long)]
-    json: bool,
+    pub json: bool,
 }
 
 #[derive(Args)]
 pub struct ChatArgs {
     #[command(flatten)]
-    model: ModelArgs,
+    pub model: ModelArgs,
     #[command(flatten)]
-    remote: RemoteArgs,
+    pub remote: RemoteArgs,
     /// Draft length: 1-16, or auto to choose it per step from measured costs.
     #[arg(long, default_value = "auto")]
     k: KSetting,
     #[command(flatten)]
-    sampling: SamplingArgs,
+    pub sampling: SamplingArgs,
     #[arg(long)]
-    system: Option<String>,
+    pub system: Option<String>,
+}
+
+/// Where `generate` and `chat` send their turns instead of a local model (crates/cli/src/remote.rs).
+#[derive(Args, Clone, Default)]
+pub struct RemoteArgs {
+    /// Chat with a remote engine (an OpenAI-compatible base URL, e.g. http://gpu-box:8080)
+    /// instead of a local model; --model then names the remote's model id.
+    #[arg(long)]
+    pub remote: Option<String>,
+    /// The remote's API key, read from this file (its first line).
+    #[arg(long, requires = "remote")]
+    pub api_key_file: Option<PathBuf>,
+    /// How long to wait for the remote's first token (it reads the whole prompt first)
+    /// [default: 600]
+    #[arg(long, requires = "remote", value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub remote_timeout: Option<u64>,
 }
 
 #[derive(Args)]
@@ -150,20 +165,17 @@ pub fn decoding(args: &ModelArgs, k: KSetting, session: &Session) -> Decoding {
     Decoding { drafter: args.drafter.unwrap_or_else(|| session.default_drafter()), k }
 }
 
-pub fn generate(args: GenerateArgs) -> CliResult {
-    let user = match (&args.prompt, &args.prompt_file) {
-        (Some(text), _) => text.clone(),
-        (None, Some(path)) => read_file(path)?,
-        (None, None) => return Err("give --prompt or --prompt-file".into()),
-    };
-    if let Some((remote, model)) = args.remote.open(&args.model)? {
-        if args.raw {
-            return Err("--raw needs a local model: a remote takes chat messages".into());
-        }
-        let mut messages: Vec<Message> = args.system.iter().map(Message::system).collect();
-        messages.push(Message::user(user));
-        return crate::remote::generate(&remote, &model, &messages, &args.sampling, args.json);
+/// The user's message (or, with --raw, the whole prompt).
+pub fn user_prompt(args: &GenerateArgs) -> Result<String, String> {
+    match (&args.prompt, &args.prompt_file) {
+        (Some(text), _) => Ok(text.clone()),
+        (None, Some(path)) => read_file(path),
+        (None, None) => Err("give --prompt or --prompt-file".into()),
     }
+}
+
+pub fn generate(args: GenerateArgs) -> CliResult {
+    let user = user_prompt(&args)?;
     let mut session = open_session(&args.model)?;
     let decoding = decoding(&args.model, args.k, &session);
     let prompt = if args.raw {
@@ -193,9 +205,6 @@ pub fn generate(args: GenerateArgs) -> CliResult {
 
 /// A terminal chat, driven through the engine service as the app and the server drive it.
 pub fn chat(args: ChatArgs) -> CliResult {
-    if let Some((remote, model)) = args.remote.open(&args.model)? {
-        return crate::remote::chat(&remote, &model, args.system.as_deref(), &args.sampling);
-    }
     let session = open_session(&args.model)?;
     let name = session.target.info.name.clone();
     let config =

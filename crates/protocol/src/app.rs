@@ -4,7 +4,6 @@
 
 use crate::error::{ErrorCode, ErrorInfo};
 use crate::events::{GenerationStats, StepEvent, TokenEvent};
-use crate::history::StoredMessage;
 use crate::limits::{DEFAULT_CONTEXT, DEFAULT_MAX_TOKENS};
 use crate::options::{DrafterKind, KSetting, Mode, SamplingParams};
 use crate::remote::RemoteTarget;
@@ -189,13 +188,6 @@ pub enum ReplyEvent {
     Unsaved {
         error: ErrorInfo,
     },
-}
-
-/// A reply the shell has started: the id to cancel it by, and its stored (empty) message.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
-pub struct ReplyStarted {
-    pub request_id: u64,
-    pub message: StoredMessage,
 }
 
 /// A GGUF file the settings can offer, with whether it can run and draft for the target.

@@ -46,3 +46,10 @@ pub struct StoredMessage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub settings: Option<AppSettings>,
 }
+
+/// A reply the shell has started: the id to cancel it by, and its stored (empty) message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+pub struct ReplyStarted {
+    pub request_id: u64,
+    pub message: StoredMessage,
+}

@@ -16,14 +16,14 @@ pub mod remote;
 
 pub use app::{
     AppSettings, CatalogueEntry, Diagnosis, EngineState, EngineStatus, ModelEntry, ModelRole, PullEvent,
-    RecommendedPair, ReplyEvent, ReplyStarted,
+    RecommendedPair, ReplyEvent,
 };
 pub use chat::{FunctionCall, Message, Role, ToolCall};
 pub use error::{ErrorCode, ErrorInfo, InvalidSetting};
 pub use events::{
     Alternative, FinishReason, Generation, GenerationStats, Source, SpeculativeStats, StepEvent, TokenEvent,
 };
-pub use history::{Conversation, ConversationSummary, StoredMessage};
+pub use history::{Conversation, ConversationSummary, ReplyStarted, StoredMessage};
 pub use limits::*;
 pub use options::{Decoding, DrafterKind, GenerateOptions, Grammar, KSetting, Mode, SamplingParams};
 pub use remote::{Connection, ConnectionCheck, RemoteKind, RemoteTarget};

@@ -56,12 +56,3 @@ export interface Backend {
   /** Stream the assistant's reply to the conversation as it stands; it is stored as it streams. */
   reply(conversationId: number, settings: Settings, onEvent: (event: ReplyEvent) => void): Promise<ReplyHandle>;
 }
-
-export async function connect(): Promise<Backend> {
-  if ('__TAURI_INTERNALS__' in window) {
-    const { TauriBackend } = await import('./tauri');
-    return new TauriBackend();
-  }
-  const { HttpBackend } = await import('./http');
-  return new HttpBackend(window.location.origin, window.localStorage);
-}
