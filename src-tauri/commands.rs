@@ -2,7 +2,7 @@
 //! the history is in specula-store, decoding in the engine thread.
 
 use crate::access::{blocking, with_store};
-use crate::engine::ReplyJob;
+use crate::engine::ReplyOut;
 use crate::error::{CommandResult, ErrorCode, ErrorInfo};
 use crate::settings::{models_dir, AppSettings, EngineSettings};
 use crate::AppState;
@@ -216,21 +216,18 @@ pub fn reply(
     on_event: Channel<ReplyEvent>,
 ) -> CommandResult<ReplyStarted> {
     let settings = settings.for_one_reply();
-    settings.options()?;
+    let conversation = with_store(&state, |s| s.conversation(conversation_id))?;
+    // The settings become the reply's request once, checked before anything is stored.
+    let request = settings.reply_request(chat_messages(&conversation))?;
     let remote = match &settings.remote {
         Some(target) => Some((crate::connections::remote(&state, &target.base_url)?, target.model.clone())),
-        None => {
-            settings.load_spec()?;
-            None
-        }
+        None => None,
     };
-    let conversation = with_store(&state, |s| s.conversation(conversation_id))?;
-    let messages = chat_messages(&conversation);
     let message = with_store(&state, |s| s.add_message(conversation_id, Role::Assistant, "", Some(&settings)))?;
-    let job = ReplyJob { messages, settings, message_id: message.id, events: on_event };
+    let out = ReplyOut { message_id: message.id, events: on_event };
     let started = match &remote {
-        Some((remote, model)) => state.engine.reply_remote(job, remote, model, state.store.clone()),
-        None => state.engine.reply(job, state.store.clone()),
+        Some((remote, model)) => state.engine.reply_remote(request, out, remote, model, state.store.clone()),
+        None => state.engine.reply(request, out, state.store.clone()),
     };
     let request_id = match started {
         Ok(id) => id,

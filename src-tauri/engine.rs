@@ -3,12 +3,10 @@
 //! The service owns the models, the engine thread and cancellation; nothing here decodes.
 
 use crate::error::ErrorInfo;
-use crate::settings::{AppSettings, EngineSettings};
+use crate::settings::{AppSettings, EngineSettings, ReplyRequest};
 use specula_engine::protocol::{ConnectionCheck, EngineStatus, RemoteTarget, ReplyEvent};
-use specula_engine::service::{
-    CancelHandle, EngineHandle, EngineState, Event, Health, Prompt, Request, ServiceConfig, Ticket,
-};
-use specula_engine::{GenerationStats, Message, StepEvent, TokenEvent};
+use specula_engine::service::{CancelHandle, EngineHandle, EngineState, Event, Health, Prompt, ServiceConfig, Ticket};
+use specula_engine::{GenerationStats, StepEvent, TokenEvent};
 use specula_remote::{Canceller, Remote, RemoteEvent, RemoteTicket};
 use specula_store::Store;
 use std::collections::HashMap;
@@ -69,9 +67,8 @@ pub fn remote_status(target: &RemoteTarget, check: &ConnectionCheck) -> EngineSt
     }
 }
 
-pub struct ReplyJob {
-    pub messages: Vec<Message>,
-    pub settings: AppSettings,
+/// Where a reply goes: its row in the history and the webview's channel.
+pub struct ReplyOut {
     pub message_id: i64,
     pub events: Channel<ReplyEvent>,
 }
@@ -185,29 +182,29 @@ impl Engine {
 
     /// Queue the settings' models and then the reply, which runs only on those models; its
     /// events are stored and forwarded by a thread of its own. Returns the request id.
-    pub fn reply(&self, job: ReplyJob, store: Arc<Mutex<Store>>) -> Result<u64, ErrorInfo> {
-        let spec = job.settings.load_spec()?;
-        drop(self.service.load(spec.clone()));
-        let mut request = Request::new(Prompt::Chat(job.messages.clone()), job.settings.options()?);
-        request.drafter = Some(job.settings.drafter);
-        request.k = Some(job.settings.k);
-        request.models = Some(spec);
-        let ticket = self.service.submit(request)?;
+    pub fn reply(&self, request: ReplyRequest, out: ReplyOut, store: Arc<Mutex<Store>>) -> Result<u64, ErrorInfo> {
+        let models = request.models.ok_or_else(|| ErrorInfo::internal("a local reply names no models"))?;
+        drop(self.service.load(models));
+        let ticket = self.service.submit(request.request)?;
         let id = ticket.id();
-        self.start(id, Stopper::Local(ticket.cancel_handle()), Reply::Local(ticket), job, store)
+        self.start(id, Stopper::Local(ticket.cancel_handle()), Reply::Local(ticket), out, store)
     }
 
     /// The reply from a remote engine's `model`: streamed, stored and stopped like a local one.
     pub fn reply_remote(
         &self,
-        job: ReplyJob,
+        request: ReplyRequest,
+        out: ReplyOut,
         remote: &Remote,
         model: &str,
         store: Arc<Mutex<Store>>,
     ) -> Result<u64, ErrorInfo> {
-        let ticket = remote.chat(model, &job.messages, &job.settings.options()?);
+        let Prompt::Chat(messages) = &request.request.prompt else {
+            return Err(ErrorInfo::internal("a remote takes chat messages"));
+        };
+        let ticket = remote.chat(model, messages, &request.request.options);
         let id = NEXT_REMOTE_ID.fetch_add(1, Ordering::Relaxed);
-        self.start(id, Stopper::Remote(ticket.canceller()), Reply::Remote(ticket), job, store)
+        self.start(id, Stopper::Remote(ticket.canceller()), Reply::Remote(ticket), out, store)
     }
 
     /// Forward the reply's events from a thread of its own, Stop reaching it by `id`.
@@ -216,7 +213,7 @@ impl Engine {
         id: u64,
         stopper: Stopper,
         reply: Reply,
-        job: ReplyJob,
+        out: ReplyOut,
         store: Arc<Mutex<Store>>,
     ) -> Result<u64, ErrorInfo> {
         self.lock_cancels().insert(id, stopper);
@@ -224,7 +221,7 @@ impl Engine {
         std::thread::Builder::new()
             .name(format!("reply-{id}"))
             .spawn(move || {
-                forward(&reply, &job, &store);
+                forward(&reply, &out, &store);
                 cancels.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
             })
             .map_err(|e| ErrorInfo::internal(format!("starting a reply: {e}")))?;
@@ -257,9 +254,9 @@ impl Engine {
 /// showed; the row's end is written however the reply ends, and before the webview hears of
 /// it, so that what it then reads back is complete. A write that fails (a full disk) is said
 /// to the window once and retried with the next batch; see [`Saver`].
-fn forward(reply: &Reply, job: &ReplyJob, store: &Mutex<Store>) {
-    let mut saver = Saver::new(store, job.message_id);
-    let mut outbox = Outbox::new(&job.events);
+fn forward(reply: &Reply, out: &ReplyOut, store: &Mutex<Store>) {
+    let mut saver = Saver::new(store, out.message_id);
+    let mut outbox = Outbox::new(&out.events);
     let mut ended = false;
     loop {
         let event = match reply.next(outbox.wait()) {

@@ -2,8 +2,8 @@
 //! edits them and the history database keeps them).
 
 use crate::error::ErrorInfo;
-use specula_engine::service::LoadSpec;
-use specula_engine::{DrafterKind, GenerateOptions, Mode, SamplingParams};
+use specula_engine::service::{LoadSpec, Prompt, Request};
+use specula_engine::{DrafterKind, GenerateOptions, Message, Mode, SamplingParams};
 use std::hash::{BuildHasher, Hasher};
 
 pub use specula_engine::protocol::app::{models_dir, AppSettings};
@@ -19,6 +19,16 @@ pub trait EngineSettings {
     /// The settings for one reply: a seed drawn now unless one is pinned, so that the label
     /// stored with the reply names the seed that made it.
     fn for_one_reply(&self) -> Self;
+    /// What one reply to `messages` asks of the engine, made and checked once, here.
+    fn reply_request(&self, messages: Vec<Message>) -> Result<ReplyRequest, ErrorInfo>;
+}
+
+/// One reply's request: the engine's, to run on `models` (none for a remote target, whose
+/// engine is its own); a remote reply sends the same messages and options.
+#[derive(Debug)]
+pub struct ReplyRequest {
+    pub models: Option<LoadSpec>,
+    pub request: Request,
 }
 
 impl EngineSettings for AppSettings {
@@ -60,6 +70,15 @@ impl EngineSettings for AppSettings {
         };
         sampling.validate()?;
         Ok(GenerateOptions { max_tokens: self.max_tokens.max(1), sampling, stop: Vec::new(), ..Default::default() })
+    }
+
+    fn reply_request(&self, messages: Vec<Message>) -> Result<ReplyRequest, ErrorInfo> {
+        let models = if self.remote.is_some() { None } else { Some(self.load_spec()?) };
+        let mut request = Request::new(Prompt::Chat(messages), self.options()?);
+        request.drafter = Some(self.drafter);
+        request.k = Some(self.k);
+        request.models = models.clone();
+        Ok(ReplyRequest { models, request })
     }
 
     fn for_one_reply(&self) -> Self {
@@ -105,6 +124,21 @@ mod tests {
         assert_eq!(s.load_spec().unwrap().draft, None);
         let s = AppSettings { drafter: DrafterKind::Model, draft: String::new(), ..Default::default() };
         assert_eq!(s.load_spec().unwrap_err().code, "invalid_setting");
+    }
+
+    #[test]
+    fn a_reply_request_is_made_once_with_its_models_drafter_and_k() {
+        use specula_engine::protocol::RemoteTarget;
+        let s = AppSettings { drafter: DrafterKind::Lookup, k: KSetting::Fixed(3), ..Default::default() };
+        let asked = s.reply_request(vec![Message::user("hi")]).unwrap();
+        assert_eq!(asked.models.as_ref().map(|m| m.draft.clone()), Some(None), "lookup loads no draft");
+        assert_eq!(asked.request.models, asked.models, "runs only on the models it loads");
+        assert_eq!((asked.request.drafter, asked.request.k), (Some(DrafterKind::Lookup), Some(KSetting::Fixed(3))));
+        let remote = RemoteTarget { base_url: "http://h:1/v1".into(), model: "m".into() };
+        let s = AppSettings { remote: Some(remote), target: String::new(), ..Default::default() };
+        assert!(s.reply_request(vec![Message::user("hi")]).unwrap().models.is_none(), "a remote's engine is its own");
+        let s = AppSettings { target: String::new(), ..Default::default() };
+        assert_eq!(s.reply_request(Vec::new()).unwrap_err().code, "invalid_setting");
     }
 
     #[test]
