@@ -35,14 +35,15 @@ has() { [[ "$flags" == *" $1 "* ]]; }
 isa_options() {
     local -a options=(-DGGML_NATIVE=OFF)
     local pair flag option
-    local pairs=(avx:GGML_AVX avx2:GGML_AVX2 fma:GGML_FMA f16c:GGML_F16C bmi2:GGML_BMI2 avx_vnni:GGML_AVX_VNNI)
-    [ "$avx2_only" = 1 ] || pairs+=(avx512f:GGML_AVX512 avx512vbmi:GGML_AVX512_VBMI avx512_vnni:GGML_AVX512_VNNI avx512_bf16:GGML_AVX512_BF16)
+    local pairs=(avx:GGML_AVX avx2:GGML_AVX2 fma:GGML_FMA f16c:GGML_F16C bmi2:GGML_BMI2)
+    # An AVX2-only host (an EPYC before Zen 4) has no AVX-VNNI either.
+    [ "$avx2_only" = 1 ] || pairs+=(avx_vnni:GGML_AVX_VNNI avx512f:GGML_AVX512 avx512vbmi:GGML_AVX512_VBMI avx512_vnni:GGML_AVX512_VNNI avx512_bf16:GGML_AVX512_BF16)
     for pair in "${pairs[@]}"; do
         flag=${pair%%:*}
         option=${pair#*:}
         if has "$flag"; then options+=("-D$option=ON"); else options+=("-D$option=OFF"); fi
     done
-    [ "$avx2_only" = 0 ] || options+=(-DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF)
+    [ "$avx2_only" = 0 ] || options+=(-DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF)
     echo "${options[@]}"
 }
 options="$(isa_options) -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=$server"
