@@ -223,6 +223,11 @@ def main() -> int:
         },
         "rounds": rounds,
     }
+    if args.engine == "llama":
+        # Which llama.cpp build the remote was (scripts/llama-cpp.sh writes it beside the binary).
+        info = Path(args.llama_server).parent / "build-info.json"
+        if info.exists():
+            result["llama_cpp"] = json.loads(info.read_text())
     out = Path(args.out)
     if out.exists() and out.read_text().strip():
         # One file for both engines: each run replaces its own engine's entry.
