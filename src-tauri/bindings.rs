@@ -54,6 +54,11 @@ pub fn builder() -> Builder<tauri::Wry> {
         .error_handling(ErrorHandlingMode::Throw)
 }
 
+/// A unit variant's name as serde writes it.
+fn wire_name(value: &impl serde::Serialize) -> String {
+    serde_json::to_value(value).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+}
+
 /// The contract's constants, in a fixed order (the builder's own constants come out in hash
 /// order, which would make the file differ from run to run).
 fn constants() -> Vec<(&'static str, serde_json::Value)> {
@@ -64,6 +69,14 @@ fn constants() -> Vec<(&'static str, serde_json::Value)> {
         ("DEFAULT_CONTEXT", json!(protocol::DEFAULT_CONTEXT)),
         ("DEFAULT_MAX_TOKENS", json!(protocol::DEFAULT_MAX_TOKENS)),
         ("ERROR_CODES", json!(ErrorCode::ALL)),
+        // How each way a reply ends is named in the history and shown (`FinishReason::as_str`).
+        (
+            "FINISH_REASON_NAMES",
+            json!(protocol::FinishReason::ALL
+                .iter()
+                .map(|r| (wire_name(r), json!(r.as_str())))
+                .collect::<serde_json::Map<String, serde_json::Value>>()),
+        ),
         // The settings a window starts from before the shell says its own: the engine's
         // defaults, one definition (the model paths are this machine's, filled in by the shell).
         (

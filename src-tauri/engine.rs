@@ -4,13 +4,12 @@
 
 use crate::error::ErrorInfo;
 use crate::settings::{AppSettings, EngineSettings, ReplyRequest};
-use specula_engine::protocol::{ConnectionCheck, EngineStatus, RemoteTarget, ReplyEvent};
-use specula_engine::service::{CancelHandle, EngineHandle, EngineState, Event, Health, Prompt, ServiceConfig, Ticket};
-use specula_engine::{GenerationStats, StepEvent, TokenEvent};
-use specula_remote::{Canceller, Remote, RemoteEvent, RemoteTicket};
+use specula_engine::protocol::{ConnectionCheck, EngineStatus, Gathered, RemoteTarget, ReplyEvent};
+use specula_engine::service::{CancelHandle, EngineHandle, EngineState, Health, Prompt, ServiceConfig, Ticket};
+use specula_engine::{GenerationStats, TokenEvent};
+use specula_remote::{Canceller, Remote, RemoteTicket};
 use specula_store::Store;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tauri::ipc::Channel;
@@ -80,39 +79,26 @@ pub struct Engine {
     cancels: Arc<Mutex<HashMap<u64, Stopper>>>,
 }
 
-/// Remote replies' ids, apart from the engine service's (which count up from 1).
-static NEXT_REMOTE_ID: AtomicU64 = AtomicU64::new(1 << 48);
-
 /// Stops a reply, local or remote.
 enum Stopper {
     Local(CancelHandle),
     Remote(Canceller),
 }
 
-/// Where a reply's events come from: the engine service here, or a remote engine. Both are
-/// forwarded, stored and shown alike.
+/// Where a reply's events come from: the engine service here, or a remote engine. Both stream
+/// the same events, forwarded, stored and shown alike.
 enum Reply {
     Local(Ticket),
     Remote(RemoteTicket),
 }
 
-/// An event of either kind of reply, as it is stored and forwarded.
-enum Incoming {
-    Started { prompt_tokens: usize },
-    Prefill { done: usize, total: usize },
-    Token(TokenEvent),
-    Step(StepEvent),
-    Done { stats: GenerationStats, finish_reason: &'static str },
-    Failed(ErrorInfo),
-}
-
 impl Reply {
     /// The next event, waiting at most `wait` (for ever when `None`); `Err(true)` when the
     /// wait ran out, `Err(false)` after the last event.
-    fn next(&self, wait: Option<Duration>) -> Result<Incoming, bool> {
+    fn next(&self, wait: Option<Duration>) -> Result<ReplyEvent, bool> {
         match self {
-            Reply::Local(ticket) => receive(wait, |w| ticket.recv_timeout(w), || ticket.recv()).map(Incoming::from),
-            Reply::Remote(ticket) => receive(wait, |w| ticket.recv_timeout(w), || ticket.recv()).map(Incoming::from),
+            Reply::Local(ticket) => receive(wait, |w| ticket.recv_timeout(w), || ticket.recv()),
+            Reply::Remote(ticket) => receive(wait, |w| ticket.recv_timeout(w), || ticket.recv()),
         }
     }
 
@@ -124,38 +110,14 @@ impl Reply {
     }
 }
 
-fn receive<E>(
+fn receive(
     wait: Option<Duration>,
-    timed: impl FnOnce(Duration) -> Result<E, flume::RecvTimeoutError>,
-    untimed: impl FnOnce() -> Option<E>,
-) -> Result<E, bool> {
+    timed: impl FnOnce(Duration) -> Result<ReplyEvent, flume::RecvTimeoutError>,
+    untimed: impl FnOnce() -> Option<ReplyEvent>,
+) -> Result<ReplyEvent, bool> {
     match wait {
         None => untimed().ok_or(false),
         Some(wait) => timed(wait).map_err(|e| e == flume::RecvTimeoutError::Timeout),
-    }
-}
-
-impl From<Event> for Incoming {
-    fn from(event: Event) -> Self {
-        match event {
-            Event::Started { prompt_tokens } => Incoming::Started { prompt_tokens },
-            Event::Prefill { done, total } => Incoming::Prefill { done, total },
-            Event::Token(token) => Incoming::Token(token),
-            Event::Step(step) => Incoming::Step(step),
-            Event::Done(g) => Incoming::Done { stats: g.stats, finish_reason: g.finish_reason.as_str() },
-            Event::Failed(e) => Incoming::Failed(e.into()),
-        }
-    }
-}
-
-impl From<RemoteEvent> for Incoming {
-    fn from(event: RemoteEvent) -> Self {
-        match event {
-            RemoteEvent::Token(token) => Incoming::Token(token),
-            RemoteEvent::Step(step) => Incoming::Step(step),
-            RemoteEvent::Done(r) => Incoming::Done { stats: r.stats, finish_reason: r.finish_reason.as_str() },
-            RemoteEvent::Failed(e) => Incoming::Failed(e),
-        }
     }
 }
 
@@ -203,7 +165,7 @@ impl Engine {
             return Err(ErrorInfo::internal("a remote takes chat messages"));
         };
         let ticket = remote.chat(model, messages, &request.request.options);
-        let id = NEXT_REMOTE_ID.fetch_add(1, Ordering::Relaxed);
+        let id = ticket.id();
         self.start(id, Stopper::Remote(ticket.canceller()), Reply::Remote(ticket), out, store)
     }
 
@@ -268,26 +230,17 @@ fn forward(reply: &Reply, out: &ReplyOut, store: &Mutex<Store>) {
             }
             Err(false) => break,
         };
-        match event {
-            Incoming::Started { prompt_tokens } => outbox.send(ReplyEvent::Started { prompt_tokens }),
-            Incoming::Prefill { done, total } => outbox.send(ReplyEvent::Prefill { done, total }),
-            Incoming::Token(token) => {
-                saver.push(&token);
-                outbox.tokens.push(token);
+        match &event {
+            ReplyEvent::Tokens { tokens } => saver.push(tokens),
+            ReplyEvent::Done { stats, finish_reason, .. } => {
+                saver.end(&mut outbox, Some(stats), finish_reason.as_str())
             }
-            Incoming::Step(step) => outbox.step = Some(step),
-            Incoming::Done { stats, finish_reason } => {
-                saver.end(&mut outbox, Some(&stats), finish_reason);
-                ended = true;
-                outbox.send(ReplyEvent::Done { stats, finish_reason: finish_reason.into() });
-            }
-            Incoming::Failed(error) => {
-                // The tokens that came before stay: the partial reply is kept, marked "error".
-                saver.end(&mut outbox, None, "error");
-                ended = true;
-                outbox.send(ReplyEvent::Error { error });
-            }
+            // The tokens that came before stay: the partial reply is kept, marked "error".
+            ReplyEvent::Failed { .. } => saver.end(&mut outbox, None, "error"),
+            _ => {}
         }
+        ended |= event.is_last();
+        outbox.send(event);
         if outbox.due() {
             saver.save(&mut outbox);
             outbox.flush();
@@ -328,10 +281,12 @@ impl<'a> Saver<'a> {
         Self { store, message_id, pending: Vec::new(), dropped: 0, end: None, said: false }
     }
 
-    fn push(&mut self, token: &TokenEvent) {
-        match self.pending.len() < MAX_UNSAVED_TOKENS {
-            true if self.dropped == 0 => self.pending.push(token.clone()),
-            _ => self.dropped += 1,
+    fn push(&mut self, tokens: &[TokenEvent]) {
+        for token in tokens {
+            match self.pending.len() < MAX_UNSAVED_TOKENS {
+                true if self.dropped == 0 => self.pending.push(token.clone()),
+                _ => self.dropped += 1,
+            }
         }
     }
 
@@ -391,24 +346,24 @@ impl<'a> Saver<'a> {
     }
 }
 
-/// The messages to the webview: tokens and figures gathered into one batch at most every
-/// [`BATCH_EVERY`] (the first token goes at once), anything else sent after what is gathered.
+/// The messages to the webview: tokens and figures gathered ([`Gathered`]) and sent at most
+/// every [`BATCH_EVERY`] (the first token goes at once); any other event goes at once, after
+/// what was gathered.
 struct Outbox<'a> {
     channel: &'a Channel<ReplyEvent>,
-    tokens: Vec<TokenEvent>,
-    step: Option<StepEvent>,
+    gathered: Gathered,
     last_flush: Option<Instant>,
     closed: bool,
 }
 
 impl<'a> Outbox<'a> {
     fn new(channel: &'a Channel<ReplyEvent>) -> Self {
-        Self { channel, tokens: Vec::new(), step: None, last_flush: None, closed: false }
+        Self { channel, gathered: Gathered::default(), last_flush: None, closed: false }
     }
 
-    /// How long the gathered batch may still wait; `None` when nothing is gathered.
+    /// How long the gathered events may still wait; `None` when nothing is gathered.
     fn wait(&self) -> Option<Duration> {
-        if self.tokens.is_empty() && self.step.is_none() {
+        if self.gathered.is_empty() {
             return None;
         }
         Some(self.last_flush.map_or(Duration::ZERO, |t| BATCH_EVERY.saturating_sub(t.elapsed())))
@@ -422,14 +377,18 @@ impl<'a> Outbox<'a> {
         if self.wait().is_none() {
             return;
         }
-        let batch = ReplyEvent::Batch { tokens: std::mem::take(&mut self.tokens), step: self.step.take() };
         self.last_flush = Some(Instant::now());
-        self.deliver(batch);
+        for event in self.gathered.take() {
+            self.deliver(event);
+        }
     }
 
+    /// Gather `event`, or send it now, after what was gathered.
     fn send(&mut self, event: ReplyEvent) {
-        self.flush();
-        self.deliver(event);
+        if let Some(now) = self.gathered.keep(event) {
+            self.flush();
+            self.deliver(now);
+        }
     }
 
     fn deliver(&mut self, event: ReplyEvent) {
@@ -472,9 +431,7 @@ mod tests {
         };
 
         let filler = disk.fill();
-        for _ in 0..4000 {
-            saver.push(&token);
-        }
+        saver.push(&vec![token.clone(); 4000]);
         saver.save(&mut outbox);
         saver.save(&mut outbox);
         let unsaved: Vec<String> =
@@ -505,11 +462,10 @@ mod tests {
             q: None,
             alternatives: Vec::new(),
         };
-        for id in 0..MAX_UNSAVED_TOKENS as u32 + 10 {
-            saver.push(&token(id));
-        }
+        let tokens: Vec<TokenEvent> = (0..MAX_UNSAVED_TOKENS as u32 + 10).map(token).collect();
+        saver.push(&tokens);
         saver.pending.truncate(5); // as if a write took some and room came back
-        saver.push(&token(0));
+        saver.push(&[token(0)]);
         assert_eq!(saver.pending.len(), 5, "nothing after a gap");
         assert_eq!(saver.dropped, 11);
     }

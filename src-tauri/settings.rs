@@ -3,7 +3,7 @@
 
 use crate::error::ErrorInfo;
 use specula_engine::service::{LoadSpec, Prompt, Request};
-use specula_engine::{DrafterKind, GenerateOptions, Message, Mode, SamplingParams};
+use specula_engine::{GenerateOptions, Message, Mode, SamplingParams};
 use std::hash::{BuildHasher, Hasher};
 
 pub use specula_engine::protocol::app::{models_dir, AppSettings};
@@ -36,16 +36,9 @@ impl EngineSettings for AppSettings {
         if self.target.is_empty() {
             return Err(ErrorInfo::invalid_setting("Choose a target model"));
         }
-        let draft = match self.drafter {
-            DrafterKind::Model if self.draft.is_empty() => {
-                return Err(ErrorInfo::invalid_setting("Choose a draft model, prompt lookup or none"))
-            }
-            DrafterKind::Model => Some(crate::paths::model_path(&self.draft)?),
-            // Auto without a draft model drafts with copies alone.
-            DrafterKind::Auto if self.draft.is_empty() => None,
-            DrafterKind::Auto => Some(crate::paths::model_path(&self.draft)?),
-            DrafterKind::Lookup | DrafterKind::None => None,
-        };
+        // Which draft the drafter needs is the engine's to say (auto uses one when chosen).
+        let chosen = (!self.draft.is_empty()).then_some(self.draft.as_str());
+        let draft = specula_engine::draft_to_load(self.drafter, chosen)?.map(crate::paths::model_path).transpose()?;
         let target = crate::paths::model_path(&self.target)?;
         let draft_vocab = specula_engine::DEFAULT_DRAFT_VOCAB;
         Ok(LoadSpec { target, draft, draft_vocab, context: self.context, device: self.device.clone() })
@@ -102,6 +95,7 @@ mod tests {
 
     use super::*;
     use specula_engine::speculative::KSetting;
+    use specula_engine::DrafterKind;
 
     #[test]
     fn k_reads_numbers_and_auto_and_refuses_the_rest() {

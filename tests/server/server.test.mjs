@@ -52,10 +52,13 @@ test('streams a chat completion with provenance and speculative stats', async ()
   });
   let text = '';
   const sources = new Set();
+  const kinds = new Set();
   let last;
   for await (const chunk of stream) {
     text += chunk.choices[0]?.delta?.content ?? '';
-    for (const t of chunk.specula?.tokens ?? []) {
+    const event = chunk.specula?.event;
+    kinds.add(event?.kind);
+    for (const t of event?.kind === 'tokens' ? event.tokens : []) {
       sources.add(t.source);
       assert.equal(typeof t.p, 'number');
       if (t.source === 'accepted' || t.source === 'resampled') assert.equal(typeof t.q, 'number');
@@ -65,7 +68,11 @@ test('streams a chat completion with provenance and speculative stats', async ()
   assert.ok(text.length > 10, text);
   assert.ok(sources.has('accepted'), [...sources].join(','));
   assert.equal(last.choices[0].finish_reason, 'length');
-  const spec = last.specula.stats.speculative;
+  // The engine's own events ride the chunks unchanged: its start, its tokens, its steps, its end.
+  for (const kind of ['started', 'tokens', 'step', 'done']) assert.ok(kinds.has(kind), [...kinds].join(','));
+  assert.equal(last.specula.event.kind, 'done');
+  assert.equal(last.specula.event.text, text);
+  const spec = last.specula.event.stats.speculative;
   for (const key of ['drafted', 'accepted', 'acceptance_rate', 'target_passes', 'plain_steps']) {
     assert.equal(typeof spec[key], 'number', key);
   }

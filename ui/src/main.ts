@@ -279,9 +279,9 @@ async function streamReply(conversationId: number): Promise<void> {
     if (event.kind === 'prefill') {
       // A long prompt takes a while to read; say how far it got until the first token.
       summary.textContent = `reading the prompt · ${Math.floor((100 * event.done) / Math.max(1, event.total))}%`;
-    } else if (event.kind === 'token') {
+    } else if (event.kind === 'tokens') {
       if (summary.textContent) summary.textContent = '';
-      view.push(event.token);
+      for (const token of event.tokens) view.push(token);
     } else if (event.kind === 'step') {
       panel.step(event.step);
       view.schedule();
@@ -289,7 +289,7 @@ async function streamReply(conversationId: number): Promise<void> {
       view.finish();
       panel.finish(event.stats);
       ui.summary.textContent = state.settings.remote ? summarizeRemote(event.stats) : summarize(event.stats, state.settings.k);
-    } else if (event.kind === 'error') {
+    } else if (event.kind === 'failed') {
       view.finish();
       showNotice(event.error);
     } else if (event.kind === 'unsaved') {

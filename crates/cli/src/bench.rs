@@ -7,9 +7,10 @@ use crate::safe_text::printable;
 use crate::ModelArgs;
 use clap::Args;
 use serde::{Deserialize, Serialize};
+use specula_engine::compare::{speedup, PlainVsSpeculative};
 use specula_engine::sampling::Mode;
 use specula_engine::speculative::KSetting;
-use specula_engine::{CachedModel, GenerateOptions, Generation, NullSink, SamplingParams};
+use specula_engine::{CachedModel, GenerateOptions, SamplingParams};
 use std::path::PathBuf;
 
 const DEFAULT_PROMPTS: &str = include_str!("../prompts/bench.json");
@@ -181,10 +182,9 @@ pub fn bench(args: BenchArgs) -> CliResult {
         let prompt = session.chat_prompt(&messages, &[]).map_err(|e| e.to_string())?;
         for k in args.ks.iter().flat_map(|k| std::iter::repeat_n(k, args.repeat as usize)) {
             // Plain and speculative back to back, per k, so both see the same machine state.
-            let plain = session.generate_plain(&prompt, &options, &mut NullSink).map_err(|e| e.to_string())?;
             let decoding = crate::run::decoding(&args.model, *k, &session);
-            let spec = session.generate(&prompt, &options, decoding, &mut NullSink).map_err(|e| e.to_string())?;
-            let run = record(item, k, &plain, &spec);
+            let both = PlainVsSpeculative::run(&mut session, &prompt, &options, decoding).map_err(|e| e.to_string())?;
+            let run = record(item, k, &both);
             eprintln!(
                 "[{}/{}] {:5} k={:4} plain {:5.2} tok/s  spec {:5.2} tok/s  {:.2}x  accepted {}/{}{}{}",
                 i + 1,
@@ -193,7 +193,7 @@ pub fn bench(args: BenchArgs) -> CliResult {
                 run.k,
                 rate(run.plain_tokens, run.plain_ms),
                 rate(run.spec_tokens, run.spec_ms),
-                rate(run.spec_tokens, run.spec_ms) / rate(run.plain_tokens, run.plain_ms),
+                speedup(rate(run.spec_tokens, run.spec_ms), rate(run.plain_tokens, run.plain_ms)),
                 run.accepted,
                 run.drafted,
                 match run.copied {
@@ -274,9 +274,9 @@ fn load_prompts(args: &BenchArgs) -> Result<Vec<BenchPrompt>, String> {
     Ok(chosen)
 }
 
-fn record(item: &BenchPrompt, k: &KSetting, plain: &Generation, spec: &Generation) -> Run {
+fn record(item: &BenchPrompt, k: &KSetting, both: &PlainVsSpeculative) -> Run {
+    let (plain, spec) = (&both.plain, &both.speculative);
     let s = spec.stats.speculative.clone().unwrap_or_default();
-    let ids = |g: &Generation| g.tokens.iter().map(|t| t.id).collect::<Vec<_>>();
     Run {
         kind: item.kind.clone(),
         prompt: item.prompt.clone(),
@@ -293,7 +293,7 @@ fn record(item: &BenchPrompt, k: &KSetting, plain: &Generation, spec: &Generatio
         predicted_speedup: s.predicted_speedup,
         k_min: s.k_min,
         k_max: s.k_max,
-        identical: ids(plain) == ids(spec),
+        identical: both.identical(),
     }
 }
 
@@ -329,7 +329,7 @@ fn summarise(runs: &[Run]) -> Vec<Summary> {
                     rs.iter().map(|r| r.k_max).max().unwrap_or(0)
                 ),
                 identical: format!("{}/{}", rs.iter().filter(|r| r.identical).count(), rs.len()),
-                speedup: spec_tps / plain_tps,
+                speedup: speedup(spec_tps, plain_tps),
                 plain_tps,
                 spec_tps,
                 kind,

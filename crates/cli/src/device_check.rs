@@ -16,9 +16,10 @@ use crate::bench::{forward_costs, ForwardCost, PASS_SIZES};
 use clap::Args;
 use serde::Serialize;
 use specula_engine::candle_core::{self, quantized::gguf_file::Value};
+use specula_engine::compare::PlainVsSpeculative;
 use specula_engine::sampling::Mode;
 use specula_engine::speculative::KSetting;
-use specula_engine::{synth, CachedModel, Decoding, DrafterKind, GenerateOptions, LoadedModel, Message, NullSink};
+use specula_engine::{synth, CachedModel, Decoding, DrafterKind, GenerateOptions, LoadedModel, Message};
 use specula_engine::{SamplingParams, Session};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -309,12 +310,10 @@ fn identity_checks(
                 let decoding = Decoding { drafter: DrafterKind::Model, k };
                 let (mut same, mut drafted, mut accepted) = (0, 0, 0);
                 for prompt in &prompts {
-                    let plain = session.generate_plain(prompt, &options, &mut NullSink).map_err(|e| e.to_string())?;
-                    let spec =
-                        session.generate(prompt, &options, decoding, &mut NullSink).map_err(|e| e.to_string())?;
-                    let ids = |g: &specula_engine::Generation| g.tokens.iter().map(|t| t.id).collect::<Vec<_>>();
-                    same += usize::from(ids(&plain) == ids(&spec));
-                    let stats = spec.stats.speculative.unwrap_or_default();
+                    let both =
+                        PlainVsSpeculative::run(&mut session, prompt, &options, decoding).map_err(|e| e.to_string())?;
+                    same += usize::from(both.identical());
+                    let stats = both.speculative.stats.speculative.unwrap_or_default();
                     (drafted, accepted) = (drafted + stats.drafted, accepted + stats.accepted);
                 }
                 checks.push(Check {

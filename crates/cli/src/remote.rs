@@ -3,11 +3,12 @@
 //! reports it (another `specula serve`); any failure is one `error:` line and exit status 2.
 
 use crate::run::{
-    chat_loop, options, print_stats, read_file, user_prompt, ChatArgs, CliResult, GenerateArgs, Printer, RemoteArgs,
+    chat_loop, options, print_reply, print_stats, read_file, user_prompt, ChatArgs, CliResult, GenerateArgs, Printer,
+    RemoteArgs,
 };
 use crate::{ModelArgs, SamplingArgs};
-use specula_engine::{Flow, Generation, Message, TokenSink};
-use specula_remote::{Limits, Remote, RemoteEvent, RemoteTicket};
+use specula_engine::{Generation, Message};
+use specula_remote::{Limits, Remote, RemoteTicket};
 use std::time::Duration;
 
 impl RemoteArgs {
@@ -57,7 +58,7 @@ pub fn try_chat(args: &ChatArgs) -> Option<CliResult> {
 /// One reply from the remote, streamed to stdout (or as JSON at the end).
 pub fn generate(remote: &Remote, model: &str, messages: &[Message], sampling: &SamplingArgs, json: bool) -> CliResult {
     let ticket = remote.chat(model, messages, &options(sampling));
-    let generation = if json { print_reply(&ticket, None) } else { print_reply(&ticket, Some(&mut Printer::new())) };
+    let generation = if json { print_remote(&ticket, None) } else { print_remote(&ticket, Some(&mut Printer::new())) };
     if !json {
         println!();
     }
@@ -74,32 +75,9 @@ pub fn generate(remote: &Remote, model: &str, messages: &[Message], sampling: &S
 pub fn chat(remote: &Remote, model: &str, system: Option<&str>, sampling: &SamplingArgs) -> CliResult {
     let options = options(sampling);
     let who = format!("{model} at {}", remote.base_url());
-    chat_loop(system, &who, |messages| print_reply(&remote.chat(model, messages, &options), Some(&mut Printer::new())))
+    chat_loop(system, &who, |messages| print_remote(&remote.chat(model, messages, &options), Some(&mut Printer::new())))
 }
 
-/// The reply's tokens printed as they come (when there is a printer); the reply, or why
-/// there is none, at the end.
-fn print_reply(ticket: &RemoteTicket, mut printer: Option<&mut Printer>) -> Result<Generation, String> {
-    let mut tokens = Vec::new();
-    while let Some(event) = ticket.recv() {
-        match event {
-            RemoteEvent::Token(token) => {
-                if printer.as_mut().is_some_and(|p| p.on_token(&token) == Flow::Stop) {
-                    ticket.cancel();
-                }
-                tokens.push(token);
-            }
-            RemoteEvent::Step(_) => {}
-            RemoteEvent::Done(reply) => {
-                return Ok(Generation {
-                    text: reply.text,
-                    tokens,
-                    finish_reason: reply.finish_reason,
-                    stats: reply.stats,
-                })
-            }
-            RemoteEvent::Failed(error) => return Err(error.to_string()),
-        }
-    }
-    Err("the remote reply ended without an outcome".into())
+fn print_remote(ticket: &RemoteTicket, printer: Option<&mut Printer>) -> Result<Generation, String> {
+    print_reply(|| ticket.recv(), || ticket.cancel(), printer)
 }

@@ -3,7 +3,8 @@
 use crate::safe_text::{printable, printable_json, PrintableStream};
 use crate::{ModelArgs, SamplingArgs};
 use clap::Args;
-use specula_engine::service::{EngineHandle, Event, Prompt, Request, ServiceConfig};
+use specula_engine::protocol::Collected;
+use specula_engine::service::{EngineHandle, Prompt, ReplyEvent, Request, ServiceConfig};
 use specula_engine::speculative::KSetting;
 use specula_engine::{
     device, Decoding, Flow, GenerateOptions, Generation, Message, Session, Source, TokenEvent, TokenSink,
@@ -214,7 +215,7 @@ pub fn chat(args: ChatArgs) -> CliResult {
     chat_loop(args.system.as_deref(), &name, |messages| {
         let request = Request::new(Prompt::Chat(messages.to_vec()), options.clone());
         let ticket = engine.submit(request).map_err(|e| e.to_string())?;
-        print_reply(&ticket).map_err(|e| e.to_string())
+        print_reply(|| ticket.recv(), || ticket.cancel(), Some(&mut Printer::new()))
     })
 }
 
@@ -256,22 +257,25 @@ pub fn chat_loop(
     }
 }
 
-/// Print a reply's tokens as they come; the reply or its error at the end.
-fn print_reply(ticket: &specula_engine::service::Ticket) -> Result<Generation, specula_engine::Error> {
-    let mut printer = Printer::new();
-    while let Some(event) = ticket.recv() {
-        match event {
-            Event::Token(token) => {
-                if printer.on_token(&token) == Flow::Stop {
-                    ticket.cancel();
-                }
+/// Print a reply's tokens as they come (when there is a printer), a local one's or a remote's
+/// alike; the reply, or why there is none, at the end. `cancel` stops it (a closed stdout).
+pub fn print_reply(
+    mut next: impl FnMut() -> Option<ReplyEvent>,
+    cancel: impl Fn(),
+    mut printer: Option<&mut Printer>,
+) -> Result<Generation, String> {
+    let mut reply = Collected::default();
+    while let Some(event) = next() {
+        if let (ReplyEvent::Tokens { tokens }, Some(printer)) = (&event, printer.as_mut()) {
+            if tokens.iter().any(|token| printer.on_token(token) == Flow::Stop) {
+                cancel();
             }
-            Event::Done(generation) => return Ok(generation),
-            Event::Failed(error) => return Err(error),
-            Event::Started { .. } | Event::Prefill { .. } | Event::Step(_) => {}
+        }
+        if let Some(end) = reply.add(event) {
+            return end.map_err(|e| e.to_string());
         }
     }
-    Err(specula_engine::Error::NoModel("the engine stopped".into()))
+    Err("the reply ended without an outcome".into())
 }
 
 pub fn serve(args: ServeArgs) -> CliResult {

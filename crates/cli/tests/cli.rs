@@ -96,7 +96,7 @@ fn a_prompt_longer_than_the_context_is_a_clear_error() {
     let long = "word ".repeat(200);
     let out =
         specula(&["generate", "--model", smol.to_str().unwrap(), "--prompt", &long, "--ctx", "64", "--device", "cpu"]);
-    assert_clear_error(&out, "but the context holds 64");
+    assert_clear_error(&out, "maximum context length is 64 tokens");
 }
 
 #[test]

@@ -35,9 +35,10 @@ pub enum Error {
     #[error("chat template: {0}")]
     Template(String),
 
+    // Opens with OpenAI's words, by which clients (litellm, LangChain) recognise it.
     #[error(
-        "the prompt is {prompt_tokens} tokens but the context holds {context} \
-         (with room for {reserve} generated); shorten the prompt or raise the context length"
+        "This model's maximum context length is {context} tokens. However, the prompt is \
+         {prompt_tokens} tokens (with room for {reserve} generated): shorten it or raise the context length"
     )]
     ContextOverflow { prompt_tokens: usize, context: usize, reserve: usize },
 

@@ -10,6 +10,7 @@
 
 pub mod attention;
 pub mod chat;
+pub mod compare;
 pub mod constraint;
 pub mod decode;
 pub mod device;
@@ -34,13 +35,14 @@ pub use candle_core;
 pub use chat::{ChatTemplate, FunctionCall, Message, Role, ToolCall};
 pub use decode::{
     generate_plain, Alternative, CachedModel, FinishReason, Flow, GenerateOptions, Generation, GenerationStats,
-    NullSink, Source, SpeculativeStats, StepEvent, TokenEvent, TokenSink, MAX_ALTERNATIVES, PLAIN_STEP_EVERY,
+    NullSink, ReplyEvent, Source, SpeculativeStats, StepEvent, TokenEvent, TokenSink, MAX_ALTERNATIVES,
+    PLAIN_STEP_EVERY,
 };
-pub use error::{Error, ErrorInfo, Result};
+pub use error::{Error, ErrorCode, ErrorInfo, Result};
 pub use inspect::{check_draft_for, inspect, ModelCard};
 pub use models::{CausalLm, ModelInfo};
 pub use sampling::{Mode, SamplingParams};
-pub use session::{Decoding, DrafterKind, Session};
+pub use session::{draft_to_load, resolve_drafter, Decoding, DrafterKind, Session};
 pub use specula_protocol as protocol;
 pub use speculative::{check_pair, generate_speculative, DraftModel, Drafter, KSetting, SpeculativeOptions};
 pub use stop::StopStrings;

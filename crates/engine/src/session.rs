@@ -13,6 +13,34 @@ use std::path::Path;
 
 pub use specula_protocol::{Decoding, DrafterKind};
 
+/// What a drafter means, decided here alone (the app, the server and the CLI ask):
+///
+/// | asked  | a draft model loaded      | none loaded                  |
+/// |--------|---------------------------|------------------------------|
+/// | auto   | the model, copies beside  | copies alone (prompt lookup) |
+/// | model  | the model                 | an error: nothing to draft   |
+/// | lookup | copies (prompt lookup)    | copies (prompt lookup)       |
+/// | none   | plain decoding            | plain decoding               |
+pub fn resolve_drafter(asked: DrafterKind, draft_loaded: bool) -> Result<DrafterKind> {
+    match (asked, draft_loaded) {
+        (DrafterKind::Auto, false) => Ok(DrafterKind::Lookup),
+        (DrafterKind::Model, false) => {
+            Err(Error::InvalidSetting("no draft model is loaded: choose prompt lookup or none".into()))
+        }
+        (asked, _) => Ok(asked),
+    }
+}
+
+/// The draft model a reply with `drafter` needs loaded, of the one `chosen` (if any): auto
+/// uses it when there is one, model must have one, lookup and none load none.
+pub fn draft_to_load<P>(drafter: DrafterKind, chosen: Option<P>) -> Result<Option<P>> {
+    match (drafter, chosen) {
+        (DrafterKind::Model, None) => Err(Error::InvalidSetting("choose a draft model, prompt lookup or none".into())),
+        (DrafterKind::Model | DrafterKind::Auto, chosen) => Ok(chosen),
+        (DrafterKind::Lookup | DrafterKind::None, _) => Ok(None),
+    }
+}
+
 /// The text token frequencies are counted in: the default target's own replies to prompts
 /// of code and prose (`scripts/draft-corpus.sh` writes it; none are bench prompts).
 const DRAFT_CORPUS: &str = include_str!("../data/draft-corpus.txt");
@@ -76,6 +104,11 @@ impl Session {
         }
     }
 
+    /// What `asked` runs as with the models loaded now ([`resolve_drafter`]).
+    pub fn resolve(&self, asked: DrafterKind) -> Result<DrafterKind> {
+        resolve_drafter(asked, self.draft.is_some())
+    }
+
     /// Forget every cached position of every model: after a failure part-way through a
     /// reply, the caches are known to be consistent only when empty.
     pub fn reset_caches(&mut self) {
@@ -136,19 +169,14 @@ impl Session {
         sink: &mut dyn TokenSink,
     ) -> Result<Generation> {
         let mut combined;
-        let drafter: &mut dyn Drafter = match (decoding.drafter, &mut self.draft) {
+        let drafter: &mut dyn Drafter = match (self.resolve(decoding.drafter)?, &mut self.draft) {
             (DrafterKind::Model, Some((draft, _))) => draft,
             (DrafterKind::Auto, Some((draft, _))) => {
                 combined = Combined::new(draft).with_history(&self.history);
                 &mut combined
             }
-            // Without a draft model, auto has only the copies.
-            (DrafterKind::Auto, None) => &mut self.lookup,
-            (DrafterKind::Model, None) => {
-                return Err(Error::InvalidSetting("no draft model is loaded: choose prompt lookup or none".into()))
-            }
-            (DrafterKind::Lookup, _) => &mut self.lookup,
             (DrafterKind::None, _) => return self.generate_plain(prompt, options, sink),
+            _ => &mut self.lookup,
         };
         let target = &mut self.target;
         let costs = self.costs.entry(decoding.drafter).or_default();
@@ -164,5 +192,24 @@ impl Session {
         sink: &mut dyn TokenSink,
     ) -> Result<Generation> {
         self.target.generate(prompt, options, sink)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_drafter_means_what_the_table_says_for_the_models_at_hand() {
+        use DrafterKind::*;
+        let resolved = |asked, loaded| resolve_drafter(asked, loaded).ok();
+        assert_eq!([resolved(Auto, true), resolved(Auto, false)], [Some(Auto), Some(Lookup)]);
+        assert_eq!([resolved(Model, true), resolved(Model, false)], [Some(Model), Option::None]);
+        assert_eq!([resolved(Lookup, false), resolved(None, true)], [Some(Lookup), Some(None)]);
+        let load = |drafter, chosen: Option<&'static str>| draft_to_load(drafter, chosen).map_err(|e| e.code());
+        assert_eq!(load(Auto, Some("d")), Ok(Some("d")));
+        assert_eq!(load(Auto, Option::None), Ok(Option::None));
+        assert_eq!(load(Model, Option::None), Err("invalid_setting"));
+        assert_eq!(load(Lookup, Some("d")), Ok(Option::None), "copies need no draft model");
     }
 }

@@ -6,7 +6,9 @@
 mod common;
 
 use common::tiny::{Faulty, Tiny};
-use specula_engine::service::{EngineHandle, EngineState, Event, LoadSpec, Prompt, Request, ServiceConfig, Ticket};
+use specula_engine::service::{
+    EngineHandle, EngineState, LoadSpec, Prompt, ReplyEvent, Request, ServiceConfig, Ticket,
+};
 use specula_engine::speculative::KSetting;
 use specula_engine::{DrafterKind, FinishReason, GenerateOptions, Generation, SamplingParams, Session};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,7 +38,7 @@ fn request(prompt: Prompt, max_tokens: usize) -> Request {
 }
 
 /// Waits for an event matching `what`, failing the test after 10 s.
-fn wait_for(ticket: &Ticket, what: impl Fn(&Event) -> bool) -> Event {
+fn wait_for(ticket: &Ticket, what: impl Fn(&ReplyEvent) -> bool) -> ReplyEvent {
     let started = Instant::now();
     while let Some(event) = ticket.recv() {
         if what(&event) {
@@ -56,7 +58,7 @@ fn per_call_k_and_drafter_do_not_leak_into_the_next_call() {
     first.k = Some(KSetting::Fixed(4));
     first.drafter = Some(DrafterKind::Model);
     let err = engine.submit(first).unwrap().wait().unwrap_err();
-    assert_eq!(err.code(), "invalid_setting", "{err}");
+    assert_eq!(err.code, "invalid_setting", "{err}");
 
     // No drafter named: the default, plain decoding (no draft is loaded).
     let plain = engine.submit(request(tokens(12), 16)).unwrap().wait().unwrap();
@@ -88,7 +90,7 @@ fn a_job_that_panics_is_answered_with_an_error_and_the_next_job_succeeds() {
 
     panics.store(true, Ordering::SeqCst);
     let err = engine.submit(request(tokens(10), 12)).unwrap().wait().unwrap_err();
-    assert_eq!(err.code(), "engine_panic", "{err}");
+    assert_eq!(err.code, "engine_panic", "{err}");
     assert!(err.to_string().contains("told to panic"), "{err}");
     let health = engine.health();
     assert_eq!(health.state, EngineState::Ready, "the service goes on");
@@ -106,7 +108,7 @@ fn a_model_that_computes_nan_fails_its_jobs_clearly_and_health_says_so() {
     let engine = service(Session::new(tiny.loaded_with(Box::new(NanModel(tiny.decoder())))), ServiceConfig::default());
     for _ in 0..2 {
         let err = engine.submit(request(tokens(5), 4)).unwrap().wait().unwrap_err();
-        assert_eq!(err.code(), "invalid_logits", "{err}");
+        assert_eq!(err.code, "invalid_logits", "{err}");
     }
     assert_eq!(engine.health().last_failure.unwrap().code, "invalid_logits");
     assert_eq!(engine.health().pending, 0, "nothing stays queued behind the failures");
@@ -142,17 +144,17 @@ fn cancel_during_prefill_returns_within_a_second_and_the_next_job_starts_at_once
     let engine = service(session_with(Arc::default(), Duration::from_millis(2), 4096), ServiceConfig::default());
     let long = engine.submit(request(tokens(3000), 8)).unwrap();
     let waiting = engine.submit(request(tokens(8), 4)).unwrap();
-    wait_for(&long, |e| matches!(e, Event::Prefill { .. }));
+    wait_for(&long, |e| matches!(e, ReplyEvent::Prefill { .. }));
     let cancelled_at = Instant::now();
     long.cancel();
-    let Event::Done(g) = wait_for(&long, |e| matches!(e, Event::Done(_) | Event::Failed(_))) else {
+    let ReplyEvent::Done { finish_reason, stats, .. } = wait_for(&long, |e| e.is_last()) else {
         panic!("the cancelled job failed instead of ending")
     };
     let took = cancelled_at.elapsed();
-    assert_eq!(g.finish_reason, FinishReason::Cancelled);
-    assert!(g.tokens.is_empty());
+    assert_eq!(finish_reason, FinishReason::Cancelled);
+    assert_eq!(stats.generated_tokens, 0);
     assert!(took < Duration::from_secs(1), "the cancel took {took:?}");
-    wait_for(&waiting, |e| matches!(e, Event::Started { .. }));
+    wait_for(&waiting, |e| matches!(e, ReplyEvent::Started { .. }));
     assert!(cancelled_at.elapsed() < Duration::from_secs(1), "the next job waited {:?}", cancelled_at.elapsed());
     assert!(!waiting.wait().unwrap().tokens.is_empty());
 }
@@ -213,16 +215,16 @@ fn a_reader_that_falls_behind_holds_the_engine_back_instead_of_a_growing_queue()
     std::thread::sleep(Duration::from_millis(300));
     // The engine is waiting on the full buffer; reading everything still gets every token.
     let mut tokens_seen = 0;
-    let generation = loop {
+    let stats = loop {
         match ticket.recv().unwrap() {
-            Event::Token(_) => tokens_seen += 1,
-            Event::Done(g) => break g,
-            Event::Failed(e) => panic!("{e}"),
+            ReplyEvent::Tokens { tokens } => tokens_seen += tokens.len(),
+            ReplyEvent::Done { stats, .. } => break stats,
+            ReplyEvent::Failed { error } => panic!("{error}"),
             _ => {}
         }
     };
     assert_eq!(tokens_seen, 200);
-    assert_eq!(generation.tokens.len(), 200);
+    assert_eq!(stats.generated_tokens, 200);
 }
 
 #[test]
@@ -233,10 +235,14 @@ fn events_come_in_order_and_started_reports_the_prompt() {
     while let Some(event) = ticket.recv() {
         events.push(event);
     }
-    assert!(matches!(events[0], Event::Started { prompt_tokens: 300 }), "{:?}", events[0]);
-    assert!(matches!(events[1], Event::Prefill { .. }));
-    assert!(matches!(events.last(), Some(Event::Done(_))));
-    let tokens = events.iter().filter(|e| matches!(e, Event::Token(_))).count();
+    let ReplyEvent::Started { request_id, prompt_tokens, decoding, .. } = &events[0] else { panic!("{:?}", events[0]) };
+    assert_eq!((*request_id, *prompt_tokens), (ticket.id(), Some(300)));
+    // The draft-less session's default, resolved by the engine: plain decoding.
+    assert_eq!(decoding.map(|d| d.drafter), Some(DrafterKind::None));
+    assert!(matches!(events[1], ReplyEvent::Prefill { .. }));
+    assert!(matches!(events.last(), Some(ReplyEvent::Done { .. })));
+    let tokens: usize =
+        events.iter().map(|e| if let ReplyEvent::Tokens { tokens } = e { tokens.len() } else { 0 }).sum();
     assert_eq!(tokens, 5);
 }
 
@@ -257,7 +263,7 @@ fn a_model_that_cannot_load_leaves_the_service_usable_with_the_reason() {
     assert_eq!(health.state, EngineState::Failed);
     assert!(health.error.unwrap().message.contains("/nonexistent/model.gguf"));
     let err = engine.submit(request(tokens(4), 4)).unwrap().wait().unwrap_err();
-    assert_eq!(err.code(), "no_model");
+    assert_eq!(err.code, "no_model");
     assert!(err.to_string().contains("/nonexistent/model.gguf"), "the reply says why: {err}");
 
     let good = LoadSpec {

@@ -4,7 +4,8 @@
 use crate::catalogue::{family_like, family_of, CatalogueModel};
 use serde::Serialize;
 use specula_engine::chat::Message;
-use specula_engine::decode::{GenerateOptions, Generation, NullSink};
+use specula_engine::compare::{PlainVsSpeculative, Verdict};
+use specula_engine::decode::GenerateOptions;
 use specula_engine::gguf::GgufFile;
 use specula_engine::inspect::{card, ModelCard};
 use specula_engine::models;
@@ -195,22 +196,20 @@ pub fn trial(session: &mut Session, tokens: usize) -> Result<Trial> {
         stop: Vec::new(),
         ..Default::default()
     };
-    let plain = session.generate_plain(&prompt, &options, &mut NullSink)?;
     let decoding = Decoding { drafter: DrafterKind::Model, k: KSetting::Fixed(TRIAL_K) };
-    let speculative = session.generate(&prompt, &options, decoding, &mut NullSink)?;
-    let stats = speculative.stats.speculative.clone().unwrap_or_default();
-    let ids = |g: &Generation| g.tokens.iter().map(|t| t.id).collect::<Vec<_>>();
+    let both = PlainVsSpeculative::run(session, &prompt, &options, decoding)?;
+    let stats = both.speculative.stats.speculative.clone().unwrap_or_default();
     Ok(Trial {
-        tokens: speculative.stats.generated_tokens,
+        tokens: both.speculative.stats.generated_tokens,
         k: TRIAL_K,
-        plain_tokens_per_second: plain.stats.tokens_per_second,
-        speculative_tokens_per_second: speculative.stats.tokens_per_second,
-        measured_speedup: speculative.stats.tokens_per_second / plain.stats.tokens_per_second,
+        plain_tokens_per_second: both.plain.stats.tokens_per_second,
+        speculative_tokens_per_second: both.speculative.stats.tokens_per_second,
+        measured_speedup: both.speedup(),
         acceptance_rate: stats.acceptance_rate,
         tokens_per_pass: stats.tokens_per_pass,
         cost_ratio: stats.cost_ratio,
         predicted_speedup: stats.predicted_speedup,
-        identical: ids(&plain) == ids(&speculative),
+        identical: both.identical(),
     })
 }
 
@@ -235,11 +234,6 @@ impl fmt::Display for Trial {
             write!(f, "; draft costs {c:.2} of a target step; Leviathan et al. predict {p:.2}x")?;
         }
         writeln!(f)?;
-        let verdict = match self.measured_speedup {
-            s if s >= 1.05 => "worth it on this machine",
-            s if s >= 0.95 => "about even on this machine",
-            _ => "slower on this machine: with k = auto, Specula falls back to plain decoding",
-        };
-        writeln!(f, "  verdict: {verdict}")
+        writeln!(f, "  verdict: {}", Verdict::of(self.measured_speedup).as_str())
     }
 }

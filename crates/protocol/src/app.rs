@@ -3,7 +3,6 @@
 //! the same shapes through its own transport.
 
 use crate::error::{ErrorCode, ErrorInfo};
-use crate::events::{GenerationStats, StepEvent, TokenEvent};
 use crate::limits::{DEFAULT_CONTEXT, DEFAULT_MAX_TOKENS};
 use crate::options::{DrafterKind, KSetting, Mode, SamplingParams};
 use crate::remote::RemoteTarget;
@@ -156,38 +155,6 @@ pub struct EngineStatus {
     /// The last reply that failed inside the engine (which went on serving).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_failure: Option<ErrorInfo>,
-}
-
-/// What the UI hears while a reply streams.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum ReplyEvent {
-    Started {
-        prompt_tokens: usize,
-    },
-    /// `done` of the `total` uncached prompt tokens are read.
-    Prefill {
-        done: usize,
-        total: usize,
-    },
-    /// The tokens since the last message, and the latest step's figures.
-    Batch {
-        tokens: Vec<TokenEvent>,
-        step: Option<StepEvent>,
-    },
-    Done {
-        stats: GenerationStats,
-        /// `stop`, `length` or `cancelled` (`FinishReason::as_str`).
-        finish_reason: String,
-    },
-    Error {
-        error: ErrorInfo,
-    },
-    /// The history could not keep the reply (a full disk): it goes on, is written when space
-    /// returns, and until then what the window drew is all there is. Said once a reply.
-    Unsaved {
-        error: ErrorInfo,
-    },
 }
 
 /// A GGUF file the settings can offer, with whether it can run and draft for the target.

@@ -82,6 +82,14 @@ pub enum FinishReason {
 }
 
 impl FinishReason {
+    pub const ALL: [FinishReason; 5] = [
+        FinishReason::EndOfTurn,
+        FinishReason::StopString,
+        FinishReason::MaxTokens,
+        FinishReason::ContextFull,
+        FinishReason::Cancelled,
+    ];
+
     /// The one name every front-end shows: OpenAI's `stop` and `length`, and `cancelled`
     /// for a reply stopped by its client, its deadline or the Stop button.
     pub fn as_str(self) -> &'static str {
@@ -156,5 +164,196 @@ impl Generation {
             finish_reason: FinishReason::Cancelled,
             stats: GenerationStats { prompt_tokens, ..Default::default() },
         }
+    }
+}
+
+/// What one reply streams, in order: `Started`, `Prefill` progress, `Tokens` and `Step`s,
+/// and last exactly one `Done` or `Failed`; `Unsaved` at most once, from the app's history.
+/// The one shape from the engine's sink (and a remote's stream) to the window: the service,
+/// the app's channel, the server's SSE extension and the UI carry it unchanged. The next
+/// steps of a reply (tool calls, reasoning) come as variants of their own; readers skip a
+/// `kind` they do not know.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ReplyEvent {
+    Started {
+        /// Unique within its engine (or remote client): Stop names it.
+        request_id: u64,
+        /// The prompt's length; unknown to a remote client until the reply ends.
+        prompt_tokens: Option<usize>,
+        /// How the engine decodes this reply, its defaults applied and `auto` resolved for the
+        /// models loaded; unknown to a remote client.
+        decoding: Option<crate::Decoding>,
+        /// The seed the reply samples with (it replays a sampled reply).
+        seed: u64,
+    },
+    /// `done` of the `total` uncached prompt tokens are read.
+    Prefill { done: usize, total: usize },
+    /// Tokens in the order they were committed: one from the engine, a few once gathered for
+    /// a slower reader ([`ReplyEvent::gather`]).
+    Tokens { tokens: Vec<TokenEvent> },
+    /// Live figures after a decoding step.
+    Step { step: StepEvent },
+    /// The reply, however it ended: `text` is the reply as released (a stop string cut off).
+    Done { finish_reason: FinishReason, text: String, stats: GenerationStats },
+    /// The reply failed; the tokens before it are the partial reply.
+    Failed { error: crate::ErrorInfo },
+    /// The history could not keep the reply (a full disk): it goes on, is written when space
+    /// returns, and until then what the window drew is all there is. Said once a reply.
+    Unsaved { error: crate::ErrorInfo },
+}
+
+impl ReplyEvent {
+    /// Whether this event ends the reply.
+    pub fn is_last(&self) -> bool {
+        matches!(self, ReplyEvent::Done { .. } | ReplyEvent::Failed { .. })
+    }
+
+    /// Fold `next` into `self` when a reader that takes events less often loses nothing by it:
+    /// tokens join tokens, and a step's figures replace older ones. Gives `next` back when it
+    /// cannot be folded. The one place tokens are batched (the app's webview channel).
+    pub fn gather(&mut self, next: ReplyEvent) -> Option<ReplyEvent> {
+        match (self, next) {
+            (ReplyEvent::Tokens { tokens }, ReplyEvent::Tokens { tokens: more }) => {
+                tokens.extend(more);
+                None
+            }
+            (ReplyEvent::Step { step }, ReplyEvent::Step { step: newer }) => {
+                *step = newer;
+                None
+            }
+            (_, next) => Some(next),
+        }
+    }
+}
+
+/// A reply's events, gathered for a reader that takes them a few times a second: tokens in one
+/// event and only the latest step's figures, in their order.
+#[derive(Debug, Default)]
+pub struct Gathered {
+    tokens: Option<ReplyEvent>,
+    step: Option<ReplyEvent>,
+}
+
+impl Gathered {
+    /// Keep `event` when it can wait; give it back when it cannot (it goes after [`Self::take`]).
+    pub fn keep(&mut self, event: ReplyEvent) -> Option<ReplyEvent> {
+        let slot = match &event {
+            ReplyEvent::Tokens { .. } => &mut self.tokens,
+            ReplyEvent::Step { .. } => &mut self.step,
+            _ => return Some(event),
+        };
+        match slot {
+            Some(kept) => kept.gather(event),
+            None => {
+                *slot = Some(event);
+                None
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_none() && self.step.is_none()
+    }
+
+    /// What was kept, tokens first, and nothing kept after.
+    pub fn take(&mut self) -> impl Iterator<Item = ReplyEvent> {
+        [self.tokens.take(), self.step.take()].into_iter().flatten()
+    }
+}
+
+/// The reply a stream of events makes: its tokens, and its end. For readers that want only
+/// the outcome (a non-streamed response, a test).
+#[derive(Debug, Default)]
+pub struct Collected {
+    pub started: Option<ReplyEvent>,
+    pub tokens: Vec<TokenEvent>,
+}
+
+impl Collected {
+    /// Take one event; the reply (or its error) once the last comes.
+    pub fn add(&mut self, event: ReplyEvent) -> Option<Result<Generation, crate::ErrorInfo>> {
+        match event {
+            ReplyEvent::Started { .. } => self.started = Some(event),
+            ReplyEvent::Tokens { tokens } => self.tokens.extend(tokens),
+            ReplyEvent::Done { finish_reason, text, stats } => {
+                let tokens = std::mem::take(&mut self.tokens);
+                return Some(Ok(Generation { text, tokens, finish_reason, stats }));
+            }
+            ReplyEvent::Failed { error } => return Some(Err(error)),
+            ReplyEvent::Prefill { .. } | ReplyEvent::Step { .. } | ReplyEvent::Unsaved { .. } => {}
+        }
+        None
+    }
+}
+
+impl Generation {
+    /// The reply's last event.
+    pub fn into_done(self) -> ReplyEvent {
+        ReplyEvent::Done { finish_reason: self.finish_reason, text: self.text, stats: self.stats }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token(id: u32) -> TokenEvent {
+        TokenEvent { id, text: format!("t{id}"), source: Source::Target, p: None, q: None, alternatives: Vec::new() }
+    }
+
+    fn step(generated: usize) -> StepEvent {
+        StepEvent {
+            k: 4,
+            accepted: 2,
+            generated,
+            tokens_per_second: 1.0,
+            speedup_vs_plain: None,
+            plain_ms_per_token: None,
+            plain_steps: 0,
+            acceptance_rate: None,
+        }
+    }
+
+    #[test]
+    fn gathered_events_keep_every_token_in_order_and_the_latest_step() {
+        let mut gathered = Gathered::default();
+        for event in [
+            ReplyEvent::Tokens { tokens: vec![token(1)] },
+            ReplyEvent::Step { step: step(1) },
+            ReplyEvent::Tokens { tokens: vec![token(2), token(3)] },
+            ReplyEvent::Step { step: step(3) },
+        ] {
+            assert_eq!(gathered.keep(event), None);
+        }
+        let done = Generation::cancelled(5).into_done();
+        assert_eq!(gathered.keep(done.clone()), Some(done), "an end never waits");
+        let taken: Vec<ReplyEvent> = gathered.take().collect();
+        assert_eq!(
+            taken,
+            [ReplyEvent::Tokens { tokens: vec![token(1), token(2), token(3)] }, ReplyEvent::Step { step: step(3) }]
+        );
+        assert!(gathered.is_empty());
+    }
+
+    #[test]
+    fn collected_events_make_the_reply_with_its_released_text() {
+        let mut collected = Collected::default();
+        assert!(collected.add(ReplyEvent::Tokens { tokens: vec![token(1), token(2)] }).is_none());
+        let stats = GenerationStats { generated_tokens: 2, ..Default::default() };
+        let done = ReplyEvent::Done { finish_reason: FinishReason::StopString, text: "t1".into(), stats };
+        let reply = collected.add(done).unwrap().unwrap();
+        assert_eq!(reply.tokens, [token(1), token(2)]);
+        assert_eq!(reply.text, "t1", "the text as released, not the tokens' text");
+        let failed = ReplyEvent::Failed { error: crate::ErrorInfo::internal("gone") };
+        assert_eq!(collected.add(failed).unwrap().unwrap_err().message, "gone");
+    }
+
+    #[test]
+    fn the_wire_names_each_event_by_its_kind() {
+        let event = ReplyEvent::Tokens { tokens: vec![token(7)] };
+        let json = serde_json::to_value(&event).unwrap();
+        assert_eq!(json["kind"], "tokens");
+        assert_eq!(serde_json::from_value::<ReplyEvent>(json).unwrap(), event);
     }
 }

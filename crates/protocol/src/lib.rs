@@ -16,12 +16,13 @@ pub mod remote;
 
 pub use app::{
     AppSettings, CatalogueEntry, Diagnosis, EngineState, EngineStatus, ModelEntry, ModelRole, PullEvent,
-    RecommendedPair, ReplyEvent,
+    RecommendedPair,
 };
 pub use chat::{FunctionCall, Message, Role, ToolCall};
 pub use error::{ErrorCode, ErrorInfo, InvalidSetting};
 pub use events::{
-    Alternative, FinishReason, Generation, GenerationStats, Source, SpeculativeStats, StepEvent, TokenEvent,
+    Alternative, Collected, FinishReason, Gathered, Generation, GenerationStats, ReplyEvent, Source, SpeculativeStats,
+    StepEvent, TokenEvent,
 };
 pub use history::{Conversation, ConversationSummary, ReplyStarted, StoredMessage};
 pub use limits::*;

@@ -3,7 +3,7 @@
 //! counts) and Specula's own extension (tokens with provenance, step figures, stats).
 
 use serde::Deserialize;
-use specula_protocol::{FinishReason, GenerationStats, StepEvent, TokenEvent};
+use specula_protocol::{FinishReason, ReplyEvent};
 
 #[derive(Debug, Default, Deserialize)]
 pub struct Chunk {
@@ -49,13 +49,19 @@ pub struct Timings {
     pub draft_n_accepted: Option<usize>,
 }
 
-/// `specula serve`'s extension to each chunk (specula-server's `api::Extension`).
+/// `specula serve`'s extension to a streamed chunk: the reply's event, as its engine emitted
+/// it (specula-server's `api::StreamExtension`). Kept as JSON until read, so that a kind this
+/// client does not know (a newer server's) is skipped, not taken for a broken stream.
 #[derive(Debug, Default, Deserialize)]
 pub struct Extension {
-    #[serde(default)]
-    pub tokens: Vec<TokenEvent>,
-    pub step: Option<StepEvent>,
-    pub stats: Option<GenerationStats>,
+    pub event: Option<serde_json::Value>,
+}
+
+impl Extension {
+    /// The event, when it is one this client knows.
+    pub fn event(self) -> Option<ReplyEvent> {
+        serde_json::from_value(self.event?).ok()
+    }
 }
 
 /// OpenAI's finish reasons as the engine names them; anything else (`tool_calls`,
@@ -92,12 +98,19 @@ mod tests {
         assert_eq!(finish_reason(llama.choices[0].finish_reason.as_deref().unwrap()), FinishReason::EndOfTurn);
         let specula: Chunk = serde_json::from_str(
             r#"{"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}],
-            "specula":{"tokens":[{"id":17,"text":"Hi","source":"accepted","p":0.9,"q":0.8}]}}"#,
+            "specula":{"event":{"kind":"tokens","tokens":[{"id":17,"text":"Hi","source":"accepted","p":0.9,"q":0.8}]}}}"#,
         )
         .unwrap();
-        let ext = specula.specula.unwrap();
-        assert_eq!(ext.tokens[0].source, specula_protocol::Source::Accepted);
+        let Some(ReplyEvent::Tokens { tokens }) = specula.specula.unwrap().event() else { panic!("no tokens") };
+        assert_eq!(tokens[0].source, specula_protocol::Source::Accepted);
         assert_eq!(specula.choices[0].delta.content.as_deref(), Some("Hi"));
+    }
+
+    #[test]
+    fn an_event_of_a_kind_this_client_does_not_know_is_skipped() {
+        let newer: Chunk =
+            serde_json::from_str(r#"{"choices":[],"specula":{"event":{"kind":"tool_call","name":"x"}}}"#).unwrap();
+        assert_eq!(newer.specula.unwrap().event(), None);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! specula-remote: chat with an engine elsewhere that speaks the OpenAI API (`llama-server`,
 //! vLLM, SGLang, Ollama, LM Studio, another `specula serve`). A reply streams as the same
-//! kind of events a local one does ([`RemoteEvent`]), so the app, the CLI and the history
+//! events a local one does ([`specula_protocol::ReplyEvent`]), so the app, the CLI and the history
 //! treat it like any other.
 //!
 //! The remote is untrusted: every answer is read with bounds (a line, a body, a number of
@@ -13,7 +13,7 @@ pub mod sse;
 mod stream;
 mod ticket;
 
-pub use ticket::{Canceller, RemoteEvent, RemoteReply, RemoteTicket};
+pub use ticket::{Canceller, RemoteTicket};
 
 use serde::Deserialize;
 use specula_protocol::{ConnectionCheck, ErrorCode, ErrorInfo, GenerateOptions, Message, Mode, RemoteKind};
@@ -202,7 +202,7 @@ impl Remote {
         let (ticket, outlet) = RemoteTicket::new(agent.clone());
         let body = request_body(model, messages, options).to_string();
         let remote = self.clone();
-        let max_tokens = options.max_tokens;
+        let (max_tokens, seed) = (options.max_tokens, options.sampling.seed);
         // Dropped when the reading thread ends, which ends the watch.
         let (reading, finished) = flume::bounded::<()>(0);
         let spawned = std::thread::Builder::new().name("remote-reply".into()).spawn({
@@ -211,10 +211,10 @@ impl Remote {
                 let _reading = reading;
                 match remote.post_stream(&agent, &body) {
                     Ok(reader) if !outlet.is_cancelled() => {
-                        stream::read_reply(&outlet, reader, &remote.limits, max_tokens)
+                        stream::read_reply(&outlet, reader, &remote.limits, max_tokens, seed)
                     }
                     Ok(_) => {}
-                    Err(error) => outlet.end(RemoteEvent::Failed(error)),
+                    Err(error) => outlet.end(specula_protocol::ReplyEvent::Failed { error }),
                 }
             }
         });

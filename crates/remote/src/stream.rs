@@ -4,11 +4,11 @@
 
 use crate::chunk::{self, Chunk, Extension, Timings, Usage};
 use crate::sse::{Line, SseError, SseReader};
-use crate::ticket::{Outlet, RemoteEvent, RemoteReply};
+use crate::ticket::Outlet;
 use crate::{bad, Limits};
 use specula_protocol::limits::MAX_ALTERNATIVES;
 use specula_protocol::{
-    ErrorCode, ErrorInfo, FinishReason, RemoteKind, Source, SpeculativeStats, StepEvent, TokenEvent,
+    ErrorCode, ErrorInfo, FinishReason, RemoteKind, ReplyEvent, Source, SpeculativeStats, StepEvent, TokenEvent,
 };
 use std::io::Read;
 
@@ -23,14 +23,17 @@ struct Ending {
     done: bool,
 }
 
-pub(crate) fn read_reply(outlet: &Outlet, body: impl Read, limits: &Limits, max_tokens: usize) {
+pub(crate) fn read_reply(outlet: &Outlet, body: impl Read, limits: &Limits, max_tokens: usize, seed: u64) {
+    // The remote's own id, prompt and decoding stay its own: the reply is known here by this
+    // client's id, and its prompt length arrives with the usage at the end.
+    outlet.send(ReplyEvent::Started { request_id: outlet.id, prompt_tokens: None, decoding: None, seed });
     let outcome = read_chunks(outlet, body, limits, max_tokens);
     if outlet.is_cancelled() {
         return;
     }
     match outcome {
-        Ok(ending) => outlet.end(RemoteEvent::Done(reply(outlet, ending))),
-        Err(error) => outlet.end(RemoteEvent::Failed(error)),
+        Ok(ending) => outlet.end(done(outlet, ending)),
+        Err(error) => outlet.end(ReplyEvent::Failed { error }),
     }
 }
 
@@ -113,28 +116,35 @@ fn take_chunk(outlet: &Outlet, chunk: Chunk, ending: &mut Ending, budget: &Budge
     Ok(())
 }
 
-/// A Specula remote: its tokens with their provenance, and its step figures with the rate
-/// measured here.
+/// A Specula remote: its engine's events, tokens with their provenance and step figures with
+/// the rate measured here; its end gives the statistics only this client cannot measure.
 fn take_extension(
     outlet: &Outlet,
     extension: Extension,
     ending: &mut Ending,
     budget: &Budget,
 ) -> Result<(), ErrorInfo> {
-    for mut token in extension.tokens {
-        budget.admit(outlet)?;
-        // Alternatives only inform the display, most likely first: past the protocol's limit
-        // the rest are dropped, and the token (which is sound) is kept.
-        token.alternatives.truncate(MAX_ALTERNATIVES);
-        outlet.tally().add(&token.text);
-        outlet.send(RemoteEvent::Token(token));
-    }
-    if let Some(mut step) = extension.step {
-        step.tokens_per_second = outlet.tally().tokens_per_second();
-        outlet.send(RemoteEvent::Step(step));
-    }
-    if extension.stats.is_some() {
-        ending.remote_stats = extension.stats;
+    match extension.event() {
+        Some(ReplyEvent::Tokens { tokens }) => {
+            for mut token in tokens {
+                budget.admit(outlet)?;
+                // Alternatives only inform the display, most likely first: past the protocol's
+                // limit the rest are dropped, and the token (which is sound) is kept.
+                token.alternatives.truncate(MAX_ALTERNATIVES);
+                outlet.tally().add(&token.text);
+                outlet.send(ReplyEvent::Tokens { tokens: vec![token] });
+            }
+        }
+        Some(ReplyEvent::Step { mut step }) => {
+            step.tokens_per_second = outlet.tally().tokens_per_second();
+            outlet.send(ReplyEvent::Step { step });
+        }
+        Some(event @ ReplyEvent::Prefill { .. }) => {
+            outlet.send(event);
+        }
+        Some(ReplyEvent::Done { stats, .. }) => ending.remote_stats = Some(stats),
+        // Its failure comes as the chunk's error; its start and its history are its own.
+        Some(ReplyEvent::Started { .. } | ReplyEvent::Failed { .. } | ReplyEvent::Unsaved { .. }) | None => {}
     }
     Ok(())
 }
@@ -152,23 +162,25 @@ fn take_text(outlet: &Outlet, text: String, budget: &Budget) -> Result<(), Error
         (tally.tokens, tally.tokens_per_second())
     };
     let token = TokenEvent { id: 0, text, source: Source::Target, p: None, q: None, alternatives: Vec::new() };
-    outlet.send(RemoteEvent::Token(token));
-    outlet.send(RemoteEvent::Step(StepEvent {
-        k: 0,
-        accepted: 0,
-        generated,
-        tokens_per_second: rate,
-        speedup_vs_plain: None,
-        plain_ms_per_token: None,
-        plain_steps: 0,
-        acceptance_rate: None,
-    }));
+    outlet.send(ReplyEvent::Tokens { tokens: vec![token] });
+    outlet.send(ReplyEvent::Step {
+        step: StepEvent {
+            k: 0,
+            accepted: 0,
+            generated,
+            tokens_per_second: rate,
+            speedup_vs_plain: None,
+            plain_ms_per_token: None,
+            plain_steps: 0,
+            acceptance_rate: None,
+        },
+    });
     Ok(())
 }
 
-/// The reply's statistics: rates and times measured here; token counts and speculative
-/// figures as the remote reports them, and none where it reports none.
-fn reply(outlet: &Outlet, ending: Ending) -> RemoteReply {
+/// The reply's end with its statistics: rates and times measured here; token counts and
+/// speculative figures as the remote reports them, and none where it reports none.
+fn done(outlet: &Outlet, ending: Ending) -> ReplyEvent {
     let tally = outlet.tally();
     let mut stats = tally.stats();
     if let Some(remote) = ending.remote_stats {
@@ -188,7 +200,8 @@ fn reply(outlet: &Outlet, ending: Ending) -> RemoteReply {
         stats.prompt_tokens = usage.prompt_tokens;
         stats.generated_tokens = usage.completion_tokens.max(tally.tokens);
     }
-    RemoteReply { text: tally.text.clone(), finish_reason: ending.finish.unwrap_or(FinishReason::EndOfTurn), stats }
+    let finish_reason = ending.finish.unwrap_or(FinishReason::EndOfTurn);
+    ReplyEvent::Done { finish_reason, text: tally.text.clone(), stats }
 }
 
 /// llama-server's draft counts (`-md`, or its n-gram drafters) as the panel's acceptance.

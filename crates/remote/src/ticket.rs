@@ -3,30 +3,14 @@
 //! remote is doing.
 
 use crate::Limits;
-use specula_protocol::{ErrorCode, ErrorInfo, FinishReason, GenerationStats, StepEvent, TokenEvent};
-use std::sync::atomic::{AtomicBool, Ordering};
+use specula_protocol::{Collected, ErrorCode, ErrorInfo, FinishReason, Generation, GenerationStats, ReplyEvent};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// What a remote reply streams.
-#[derive(Debug, Clone, PartialEq)]
-pub enum RemoteEvent {
-    Token(TokenEvent),
-    /// Live figures: the remote's own (a Specula remote) or the client's, with the rate always
-    /// measured here.
-    Step(StepEvent),
-    /// The last event of a reply that ended, stopped or not.
-    Done(RemoteReply),
-    /// The last event of a reply that failed; the tokens before it are the partial reply.
-    Failed(ErrorInfo),
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct RemoteReply {
-    pub text: String,
-    pub finish_reason: FinishReason,
-    pub stats: GenerationStats,
-}
+/// Remote replies' ids: unique in this process, and apart from a local engine's (which count
+/// up from 1), so one Stop table can hold both.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1 << 48);
 
 /// What the client saw of a reply so far: the figures it can vouch for.
 #[derive(Debug)]
@@ -83,7 +67,8 @@ impl Tally {
 /// Shared by the ticket, the reading thread and the deadlines' watch: exactly one of them
 /// ends the reply.
 pub(crate) struct Outlet {
-    sender: Mutex<Option<flume::Sender<RemoteEvent>>>,
+    pub id: u64,
+    sender: Mutex<Option<flume::Sender<ReplyEvent>>>,
     cancelled: AtomicBool,
     tally: Mutex<Tally>,
     /// This reply's own agent: shutting it down closes the reply's socket, which wakes the
@@ -97,13 +82,13 @@ impl Outlet {
     }
 
     /// Send an event of a reply still running; false once it has ended.
-    pub fn send(&self, event: RemoteEvent) -> bool {
+    pub fn send(&self, event: ReplyEvent) -> bool {
         let sender = self.sender.lock().unwrap_or_else(|e| e.into_inner());
         sender.as_ref().is_some_and(|s| s.send(event).is_ok())
     }
 
     /// End the reply with this event, unless it has ended already.
-    pub fn end(&self, event: RemoteEvent) {
+    pub fn end(&self, event: ReplyEvent) {
         if let Some(sender) = self.sender.lock().unwrap_or_else(|e| e.into_inner()).take() {
             let _ = sender.send(event);
         }
@@ -115,7 +100,7 @@ impl Outlet {
 
     /// End the reply with this error and close its connection now.
     pub fn fail(&self, error: ErrorInfo) {
-        self.end(RemoteEvent::Failed(error));
+        self.end(ReplyEvent::Failed { error });
         self.close();
     }
 
@@ -158,7 +143,7 @@ pub(crate) fn seconds(duration: Duration) -> String {
 
 /// A remote reply: read its events, stop it at any time.
 pub struct RemoteTicket {
-    events: flume::Receiver<RemoteEvent>,
+    events: flume::Receiver<ReplyEvent>,
     outlet: Arc<Outlet>,
 }
 
@@ -166,12 +151,18 @@ impl RemoteTicket {
     pub(crate) fn new(agent: ureq::Agent) -> (Self, Arc<Outlet>) {
         let (sender, events) = flume::unbounded();
         let outlet = Arc::new(Outlet {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             sender: Mutex::new(Some(sender)),
             cancelled: AtomicBool::new(false),
             tally: Mutex::new(Tally::new()),
             agent,
         });
         (Self { events, outlet: outlet.clone() }, outlet)
+    }
+
+    /// Unique in this process, apart from a local engine's tickets: Stop names it.
+    pub fn id(&self) -> u64 {
+        self.outlet.id
     }
 
     /// Stop the reply now: it ends with what has arrived, marked cancelled, and its connection
@@ -186,21 +177,20 @@ impl RemoteTicket {
     }
 
     /// The next event, waiting for it; `None` after the last.
-    pub fn recv(&self) -> Option<RemoteEvent> {
+    pub fn recv(&self) -> Option<ReplyEvent> {
         self.events.recv().ok()
     }
 
-    pub fn recv_timeout(&self, timeout: Duration) -> Result<RemoteEvent, flume::RecvTimeoutError> {
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<ReplyEvent, flume::RecvTimeoutError> {
         self.events.recv_timeout(timeout)
     }
 
     /// Wait for the end: the reply, or why there is none.
-    pub fn wait(self) -> Result<RemoteReply, ErrorInfo> {
+    pub fn wait(self) -> Result<Generation, ErrorInfo> {
+        let mut reply = Collected::default();
         while let Some(event) = self.recv() {
-            match event {
-                RemoteEvent::Done(reply) => return Ok(reply),
-                RemoteEvent::Failed(error) => return Err(error),
-                _ => {}
+            if let Some(end) = reply.add(event) {
+                return end;
             }
         }
         Err(ErrorInfo::internal("the remote reply ended without an outcome"))
@@ -217,7 +207,7 @@ impl Canceller {
             let tally = self.0.tally();
             (tally.text.clone(), tally.stats())
         };
-        self.0.end(RemoteEvent::Done(RemoteReply { text, finish_reason: FinishReason::Cancelled, stats }));
+        self.0.end(ReplyEvent::Done { finish_reason: FinishReason::Cancelled, text, stats });
         self.0.close();
     }
 }

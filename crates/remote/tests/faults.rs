@@ -5,8 +5,9 @@
 //! stream. Each ends in one clear error (or, for Stop, at once), with the tokens already
 //! streamed kept.
 
+use specula_protocol::ReplyEvent;
 use specula_protocol::{ErrorCode, FinishReason, GenerateOptions, Message, Role};
-use specula_remote::{Limits, Remote, RemoteEvent, RemoteTicket};
+use specula_remote::{Limits, Remote, RemoteTicket};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -93,7 +94,8 @@ fn specula_chunk(tokens: usize, alternatives: usize) -> String {
     let alternatives = vec![alternative; alternatives].join(",");
     let token = format!(r#"{{"id":1,"text":"a","source":"target","alternatives":[{alternatives}]}}"#);
     let tokens = vec![token.as_str(); tokens].join(",");
-    format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{{}}}}],\"specula\":{{\"tokens\":[{tokens}]}}}}\n\n")
+    let event = format!(r#"{{"kind":"tokens","tokens":[{tokens}]}}"#);
+    format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{{}}}}],\"specula\":{{\"event\":{event}}}}}\n\n")
 }
 
 /// Write a `: keep-alive` comment `every` so long, and between two listen for the client
@@ -115,13 +117,19 @@ fn outcome(ticket: RemoteTicket) -> (Vec<String>, Result<FinishReason, specula_p
     let mut texts = Vec::new();
     while let Some(event) = ticket.recv() {
         match event {
-            RemoteEvent::Token(t) => texts.push(t.text),
-            RemoteEvent::Step(_) => {}
-            RemoteEvent::Done(reply) => return (texts, Ok(reply.finish_reason)),
-            RemoteEvent::Failed(e) => return (texts, Err(e)),
+            ReplyEvent::Tokens { tokens } => texts.extend(tokens.into_iter().map(|t| t.text)),
+            ReplyEvent::Done { finish_reason, .. } => return (texts, Ok(finish_reason)),
+            ReplyEvent::Failed { error } => return (texts, Err(error)),
+            _ => {}
         }
     }
     panic!("no outcome")
+}
+
+/// Whether the reply's first event after its start is a token.
+fn starts_with_a_token(ticket: &RemoteTicket) -> bool {
+    matches!(ticket.recv(), Some(ReplyEvent::Started { .. }))
+        && matches!(ticket.recv(), Some(ReplyEvent::Tokens { .. }))
 }
 
 #[test]
@@ -199,7 +207,7 @@ fn a_silent_remote_times_out_and_stop_ends_the_reply_at_once() {
     assert_eq!(end.unwrap_err().code, ErrorCode::Timeout);
 
     let ticket = ask(&server.url, None);
-    assert!(matches!(ticket.recv(), Some(RemoteEvent::Token(_))));
+    assert!(starts_with_a_token(&ticket));
     let stopped = Instant::now();
     ticket.cancel();
     let (_, end) = outcome(ticket);
@@ -292,10 +300,10 @@ fn alternatives_past_the_protocols_limit_are_dropped() {
     let mut counts = Vec::new();
     while let Some(event) = ticket.recv() {
         match event {
-            RemoteEvent::Token(t) => counts.push(t.alternatives.len()),
-            RemoteEvent::Done(_) => break,
-            RemoteEvent::Failed(e) => panic!("{e}"),
-            RemoteEvent::Step(_) => {}
+            ReplyEvent::Tokens { tokens } => counts.extend(tokens.iter().map(|t| t.alternatives.len())),
+            ReplyEvent::Done { .. } => break,
+            ReplyEvent::Failed { error } => panic!("{error}"),
+            _ => {}
         }
     }
     assert_eq!(counts, [specula_protocol::MAX_ALTERNATIVES; 2]);
@@ -346,7 +354,7 @@ fn stop_during_a_dripping_stream_closes_its_connection_at_once() {
     });
     let limits = Limits { idle: Duration::from_secs(30), ..limits() };
     let ticket = ask_with(&server.url, None, limits, 16);
-    assert!(matches!(ticket.recv(), Some(RemoteEvent::Token(_))));
+    assert!(starts_with_a_token(&ticket));
     std::thread::sleep(Duration::from_millis(300));
     let stopped = Instant::now();
     ticket.cancel();

@@ -5,8 +5,9 @@
 
 use specula_engine::service::{EngineHandle, ServiceConfig};
 use specula_engine::{synth, Session, Source};
+use specula_protocol::ReplyEvent;
 use specula_protocol::{FinishReason, GenerateOptions, Message, Mode, RemoteKind, Role};
-use specula_remote::{Remote, RemoteEvent};
+use specula_remote::Remote;
 use specula_server::listen::Limits;
 use specula_server::security::{loopback_hosts, Access};
 use specula_server::ServerConfig;
@@ -66,10 +67,11 @@ fn a_specula_remote_streams_provenance_and_its_speculative_figures() {
     let (mut tokens, mut steps) = (Vec::new(), 0);
     let reply = loop {
         match ticket.recv().expect("an outcome") {
-            RemoteEvent::Token(t) => tokens.push(t),
-            RemoteEvent::Step(_) => steps += 1,
-            RemoteEvent::Done(reply) => break reply,
-            RemoteEvent::Failed(e) => panic!("{e}"),
+            ReplyEvent::Tokens { tokens: more } => tokens.extend(more),
+            ReplyEvent::Step { .. } => steps += 1,
+            ReplyEvent::Done { finish_reason, text, stats } => break (finish_reason, text, stats),
+            ReplyEvent::Failed { error } => panic!("{error}"),
+            _ => {}
         }
     };
     assert_eq!(tokens.len(), 24);
@@ -79,15 +81,16 @@ fn a_specula_remote_streams_provenance_and_its_speculative_figures() {
     let sources: Vec<Source> = tokens.iter().map(|t| t.source).collect();
     let drafted = sources.iter().filter(|s| matches!(s, Source::Accepted | Source::Bonus)).count();
     assert!(sources.contains(&Source::Accepted) && drafted > sources.len() / 2, "{sources:?}");
-    assert_eq!(reply.finish_reason, FinishReason::MaxTokens);
-    let spec = reply.stats.speculative.expect("the remote's speculative figures");
+    let (finish_reason, text, stats) = reply;
+    assert_eq!(finish_reason, FinishReason::MaxTokens);
+    let spec = stats.speculative.expect("the remote's speculative figures");
     assert!(spec.drafted > 0 && spec.accepted == spec.drafted, "{spec:?}");
-    assert!(reply.stats.tokens_per_second > 0.0);
-    assert_eq!(reply.text, tokens.iter().map(|t| t.text.as_str()).collect::<String>());
+    assert!(stats.tokens_per_second > 0.0);
+    assert_eq!(text, tokens.iter().map(|t| t.text.as_str()).collect::<String>());
 
     // The same request, asked of the server without streaming, gives the same text.
     let again = remote.chat("tiny", &[Message::new(Role::User, "Count: one two three")], &greedy(24)).wait().unwrap();
-    assert_eq!(again.text, reply.text);
+    assert_eq!(again.text, text);
 }
 
 #[test]
@@ -99,7 +102,10 @@ fn a_wrong_key_and_stop_against_a_real_server() {
 
     let remote = Remote::new(&server.url, Some("sk-test".into())).unwrap();
     let ticket = remote.chat("tiny", &[Message::new(Role::User, "Count")], &greedy(400));
-    assert!(matches!(ticket.recv(), Some(RemoteEvent::Token(_) | RemoteEvent::Step(_))));
+    assert!(matches!(ticket.recv(), Some(ReplyEvent::Started { .. })));
+    // The remote's engine says how far it read the prompt, then decodes.
+    let decoding = std::iter::from_fn(|| ticket.recv()).find(|e| !matches!(e, ReplyEvent::Prefill { .. }));
+    assert!(matches!(decoding, Some(ReplyEvent::Tokens { .. } | ReplyEvent::Step { .. })), "{decoding:?}");
     ticket.cancel();
     let reply = ticket.wait().unwrap();
     assert_eq!(reply.finish_reason, FinishReason::Cancelled);

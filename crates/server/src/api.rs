@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use specula_engine::constraint::Grammar;
 use specula_engine::speculative::KSetting;
 use specula_engine::{
-    DrafterKind, FunctionCall, Generation, GenerationStats, Message, Mode, Role, StepEvent, TokenEvent, ToolCall,
+    DrafterKind, FunctionCall, Generation, GenerationStats, Message, Mode, ReplyEvent, Role, TokenEvent, ToolCall,
 };
 
 #[derive(Debug, Deserialize)]
@@ -425,14 +425,27 @@ impl Usage {
     }
 }
 
-/// The `specula` extension of a chunk or response.
+/// The `specula` extension of a streamed chunk: the reply's event as the engine emitted it
+/// (`ReplyEvent`: started, prefill, tokens, step, done), none on a chunk that only releases
+/// held-back text.
+#[derive(Serialize, Default)]
+pub struct StreamExtension {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event: Option<ReplyEvent>,
+}
+
+impl StreamExtension {
+    pub fn of(event: ReplyEvent) -> Self {
+        Self { event: Some(event) }
+    }
+}
+
+/// The `specula` extension of a whole (non-streamed) response: the first choice's tokens with
+/// their provenance, its statistics, and every choice's seed.
 #[derive(Serialize, Default)]
 pub struct Extension {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tokens: Vec<TokenEvent>,
-    /// Live figures after a decoding step (streams only), for the UI's speed panel.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub step: Option<StepEvent>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stats: Option<GenerationStats>,
     /// The seed each choice was sampled with, in choice order: send it back to replay.

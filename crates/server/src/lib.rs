@@ -29,7 +29,7 @@ use axum::routing::{any, get, post};
 use axum::{Json, Router};
 use specula_engine::constraint::GrammarCheck;
 use specula_engine::service::{EngineHandle, EngineState, Prompt, Request, ServiceConfig};
-use specula_engine::{Error, GenerateOptions, SamplingParams, Session, MAX_ALTERNATIVES};
+use specula_engine::{Error, ErrorCode, ErrorInfo, GenerateOptions, SamplingParams, Session, MAX_ALTERNATIVES};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -306,22 +306,25 @@ impl From<specula_engine::protocol::InvalidSetting> for ApiError {
 
 impl From<Error> for ApiError {
     fn from(e: Error) -> Self {
-        match e {
-            Error::ContextOverflow { prompt_tokens, context, reserve } => {
-                // OpenAI's wording: litellm and LangChain recognise a context-window error by it.
-                let message = format!(
-                    "This model's maximum context length is {context} tokens. However, your messages \
-                     resulted in {prompt_tokens} tokens (with room for {reserve} generated). Please \
-                     reduce the length of the messages."
-                );
-                let mut err = Self::bad_request("context_length_exceeded", message);
+        Self::from(ErrorInfo::from(e))
+    }
+}
+
+/// An engine error, as a reply's `Failed` event carries it, by its code.
+impl From<ErrorInfo> for ApiError {
+    fn from(e: ErrorInfo) -> Self {
+        match e.code {
+            ErrorCode::ContextOverflow => {
+                // The engine's message opens with OpenAI's words, by which litellm and LangChain
+                // recognise a context-window error.
+                let mut err = Self::bad_request("context_length_exceeded", e.message);
                 err.param = Some("messages");
                 err
             }
-            Error::InvalidSetting(_) | Error::Grammar(_) | Error::Template(_) | Error::Tokenizer(_) => {
-                Self::bad_request(e.code(), e.to_string())
+            ErrorCode::InvalidSetting | ErrorCode::InvalidGrammar | ErrorCode::Template | ErrorCode::Tokenizer => {
+                Self::bad_request(e.code.as_str(), e.message)
             }
-            Error::Busy { .. } => {
+            ErrorCode::Busy => {
                 let mut err = Self::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "server_error",
@@ -331,8 +334,10 @@ impl From<Error> for ApiError {
                 err.retry_after = Some(2);
                 err
             }
-            Error::NoModel(_) => Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", e.code(), e.to_string()),
-            other => Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", other.code(), other.to_string()),
+            ErrorCode::NoModel => {
+                Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", e.code.as_str(), e.message)
+            }
+            code => Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", code.as_str(), e.message),
         }
     }
 }

@@ -5,7 +5,7 @@
 //! Streamed text is held back while it may still become a stop string or a tool call
 //! ([`Holdback`]), so a streamed reply's text is the non-streamed reply's, byte for byte.
 
-use crate::api::{finish_reason, Extension, Usage};
+use crate::api::{finish_reason, Extension, StreamExtension, Usage};
 use crate::stream_text::Holdback;
 use crate::tools::{self, Offer};
 use crate::{ApiError, Kind};
@@ -14,7 +14,8 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
-use specula_engine::service::{EngineHandle, Event, Prompt, Request, Ticket};
+use specula_engine::protocol::Collected;
+use specula_engine::service::{EngineHandle, Prompt, ReplyEvent, Request, Ticket};
 use specula_engine::{Generation, TokenEvent};
 use std::hash::{BuildHasher, Hasher};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -83,9 +84,10 @@ fn fresh_seed() -> u64 {
     std::collections::hash_map::RandomState::new().build_hasher().finish()
 }
 
-/// A submitted choice: running, or already over (cancelled while queued).
+/// A submitted choice: running (with its `Started` event), or already over (cancelled while
+/// queued).
 enum Pending {
-    Running(Ticket),
+    Running(Ticket, Box<ReplyEvent>),
     Over(Box<Generation>),
 }
 
@@ -93,12 +95,14 @@ enum Pending {
 /// token (a prompt too long, a busy queue) is the call's HTTP error, not a broken stream.
 async fn start(engine: &EngineHandle, request: Request) -> Result<Pending, ApiError> {
     let ticket = engine.submit(request)?;
+    let mut reply = Collected::default();
     loop {
-        match ticket.recv_async().await.ok_or_else(engine_stopped)? {
-            Event::Started { .. } => return Ok(Pending::Running(ticket)),
-            Event::Failed(e) => return Err(e.into()),
-            Event::Done(generation) => return Ok(Pending::Over(Box::new(generation))),
-            Event::Prefill { .. } | Event::Token(_) | Event::Step(_) => {}
+        let event = ticket.recv_async().await.ok_or_else(engine_stopped)?;
+        if let started @ ReplyEvent::Started { .. } = event {
+            return Ok(Pending::Running(ticket, Box::new(started)));
+        }
+        if let Some(end) = reply.add(event) {
+            return Ok(Pending::Over(Box::new(end?)));
         }
     }
 }
@@ -106,13 +110,13 @@ async fn start(engine: &EngineHandle, request: Request) -> Result<Pending, ApiEr
 async fn finish(pending: Pending) -> Result<Generation, ApiError> {
     let ticket = match pending {
         Pending::Over(generation) => return Ok(*generation),
-        Pending::Running(ticket) => ticket,
+        Pending::Running(ticket, _) => ticket,
     };
+    let mut reply = Collected::default();
     loop {
-        match ticket.recv_async().await.ok_or_else(engine_stopped)? {
-            Event::Done(generation) => return Ok(generation),
-            Event::Failed(e) => return Err(e.into()),
-            _ => {}
+        let event = ticket.recv_async().await.ok_or_else(engine_stopped)?;
+        if let Some(end) = reply.add(event) {
+            return Ok(end?);
         }
     }
 }
@@ -256,7 +260,6 @@ fn full_body(call: &Call, id: &str, done: &[(Choice, Generation)]) -> Value {
     let first = done.first().map(|(_, g)| g);
     let extension = Extension {
         tokens: first.map(|g| g.tokens.clone()).unwrap_or_default(),
-        step: None,
         stats: first.map(|g| g.stats.clone()),
         seeds: done.iter().map(|(c, _)| c.seed).collect(),
     };
@@ -383,7 +386,7 @@ struct Chunks<'a> {
 }
 
 impl Chunks<'_> {
-    fn chunk(&self, choices: Vec<Value>, extension: Extension) -> SseEvent {
+    fn chunk(&self, choices: Vec<Value>, extension: StreamExtension) -> SseEvent {
         let body = json!({
             "id": self.id,
             "object": if self.call.kind == Kind::Chat { "chat.completion.chunk" } else { "text_completion" },
@@ -427,56 +430,61 @@ fn stream(
                 }
                 Ok(Pending::Over(g)) => {
                     let part = streamed.part(call.kind, "", None, Some(finish_reason(&g)));
-                    yield Ok(chunks.chunk(vec![part], Extension::default()));
+                    yield Ok(chunks.chunk(vec![part], StreamExtension::of(g.into_done())));
                     None
                 }
-                Ok(Pending::Running(ticket)) => Some(ticket),
+                Ok(Pending::Running(ticket, started)) => {
+                    let part = streamed.part(call.kind, "", None, None);
+                    yield Ok(chunks.chunk(vec![part], StreamExtension::of(*started)));
+                    Some(ticket)
+                }
             };
             while let Some(event) = match &ticket { Some(t) => t.recv_async().await, None => None } {
                 match event {
-                    Event::Token(token) => {
-                        let text = streamed.holdback.push(&token.text);
+                    ReplyEvent::Tokens { tokens } => {
+                        let text: String = tokens.iter().map(|t| t.text.as_str()).collect();
+                        let text = streamed.holdback.push(&text);
                         let mut part = streamed.part(call.kind, &text, None, None);
                         if let Some(top) = call.logprobs {
-                            part["logprobs"] = logprobs_json(call.kind, std::slice::from_ref(&token), top);
+                            part["logprobs"] = logprobs_json(call.kind, &tokens, top);
                         }
-                        let ext = Extension { tokens: vec![token], ..Default::default() };
-                        yield Ok(chunks.chunk(vec![part], ext));
+                        yield Ok(chunks.chunk(vec![part], StreamExtension::of(ReplyEvent::Tokens { tokens })));
                     }
-                    Event::Step(step) => {
+                    event @ (ReplyEvent::Step { .. } | ReplyEvent::Prefill { .. }) => {
                         let part = streamed.part(call.kind, "", None, None);
-                        yield Ok(chunks.chunk(vec![part], Extension { step: Some(step), ..Default::default() }));
+                        yield Ok(chunks.chunk(vec![part], StreamExtension::of(event)));
                     }
-                    Event::Done(g) => {
-                        let (content, calls) = split_calls(&call, &g.text);
+                    ReplyEvent::Done { finish_reason: reason, text, stats } => {
+                        let (content, calls) = split_calls(&call, &text);
                         let rest_text = streamed.holdback.finish(&content);
                         if !rest_text.is_empty() {
                             let part = streamed.part(call.kind, &rest_text, None, None);
-                            yield Ok(chunks.chunk(vec![part], Extension::default()));
+                            yield Ok(chunks.chunk(vec![part], StreamExtension::default()));
                         }
                         if !calls.is_empty() {
                             let part = streamed.part(call.kind, "", Some(tool_calls_json(&calls, true)), None);
-                            yield Ok(chunks.chunk(vec![part], Extension::default()));
+                            yield Ok(chunks.chunk(vec![part], StreamExtension::default()));
                         }
-                        let one = Usage::of(&g.stats);
+                        let one = Usage::of(&stats);
                         if choice.counts_prompt {
                             usage.prompt_tokens += one.prompt_tokens;
                         }
                         usage.completion_tokens += one.completion_tokens;
                         usage.total_tokens = usage.prompt_tokens + usage.completion_tokens;
-                        let ext = Extension { stats: Some(g.stats.clone()), seeds: vec![choice.seed], ..Default::default() };
+                        let g = Generation { text, tokens: Vec::new(), finish_reason: reason, stats };
                         let part = streamed.part(call.kind, "", None, Some(finish_of(&g, &calls)));
-                        yield Ok(chunks.chunk(vec![part], ext));
-                        first_generation.get_or_insert(g);
+                        let g = first_generation.get_or_insert(g);
+                        let done = ReplyEvent::Done { finish_reason: g.finish_reason, text: g.text.clone(), stats: g.stats.clone() };
+                        yield Ok(chunks.chunk(vec![part], StreamExtension::of(done)));
                         break;
                     }
-                    Event::Failed(e) => {
-                        let e = ApiError::from(e);
+                    ReplyEvent::Failed { error } => {
+                        let e = ApiError::from(error);
                         outcome = e.message.clone();
                         yield Ok(SseEvent::default().data(e.body().to_string()));
                         break 'choices;
                     }
-                    Event::Started { .. } | Event::Prefill { .. } => {}
+                    ReplyEvent::Started { .. } | ReplyEvent::Unsaved { .. } => {}
                 }
             }
             next = match rest.next().map(|index| call.choice(index)) {

@@ -212,6 +212,11 @@ export type ConversationSummary = { id: number; title: string;
  */
 updated_at: number }
 /**
+ * How one reply is decoded: who drafts and how far. A value every call carries, so no
+ * reply's choice can outlive it.
+ */
+export type Decoding = { drafter: DrafterKind; k: number | AutoWord }
+/**
  * Whether a draft can pair with a target, and the doctor's report, as `specula doctor` prints it.
  */
 export type Diagnosis = { compatible: boolean; text: string }
@@ -413,17 +418,35 @@ export type RemoteKind =
  */
 export type RemoteTarget = { base_url: string; model: string }
 /**
- * What the UI hears while a reply streams.
+ * What one reply streams, in order: `Started`, `Prefill` progress, `Tokens` and `Step`s,
+ * and last exactly one `Done` or `Failed`; `Unsaved` at most once, from the app's history.
+ * The one shape from the engine's sink (and a remote's stream) to the window: the service,
+ * the app's channel, the server's SSE extension and the UI carry it unchanged. The next
+ * steps of a reply (tool calls, reasoning) come as variants of their own; readers skip a
+ * `kind` they do not know.
  */
-export type ReplyEvent = { kind: "started"; prompt_tokens: number } | 
+export type ReplyEvent = { kind: "started"; request_id: number; prompt_tokens: number | null; decoding: Decoding | null; seed: number } | 
 /**
  * `done` of the `total` uncached prompt tokens are read.
  */
 { kind: "prefill"; done: number; total: number } | 
 /**
- * The tokens since the last message, and the latest step's figures.
+ * Tokens in the order they were committed: one from the engine, a few once gathered for
+ * a slower reader ([`ReplyEvent::gather`]).
  */
-{ kind: "batch"; tokens: TokenEvent[]; step: StepEvent | null } | { kind: "done"; stats: GenerationStats; finish_reason: string } | { kind: "error"; error: ErrorInfo } | 
+{ kind: "tokens"; tokens: TokenEvent[] } | 
+/**
+ * Live figures after a decoding step.
+ */
+{ kind: "step"; step: StepEvent } | 
+/**
+ * The reply, however it ended: `text` is the reply as released (a stop string cut off).
+ */
+{ kind: "done"; finish_reason: FinishReason; text: string; stats: GenerationStats } | 
+/**
+ * The reply failed; the tokens before it are the partial reply.
+ */
+{ kind: "failed"; error: ErrorInfo } | 
 /**
  * The history could not keep the reply (a full disk): it goes on, is written when space
  * returns, and until then what the window drew is all there is. Said once a reply.
@@ -615,5 +638,6 @@ export const DEFAULT_AUTO_K_MAX = 8 as const;
 export const DEFAULT_CONTEXT = 4096 as const;
 export const DEFAULT_MAX_TOKENS = 512 as const;
 export const ERROR_CODES = ["io","not_gguf","truncated","bad_header","unsupported_architecture","bad_metadata","tokenizer","template","context_overflow","model_too_large","incompatible_draft","invalid_setting","invalid_grammar","invalid_logits","busy","no_model","engine_panic","compute","storage","not_found","invalid_request","http","checksum","disk_full","cancelled","interrupted","no_gguf","bad_name","oversized","unreachable","unauthorized","timeout","remote_error","bad_response","internal","history_in_memory","history_set_aside","path_not_allowed","settings_reset"] as const;
+export const FINISH_REASON_NAMES = {"end_of_turn":"stop","stop_string":"stop","max_tokens":"length","context_full":"length","cancelled":"cancelled"} as const;
 export const DEFAULT_SETTINGS = {"target":"","draft":"","drafter":"auto","k":"auto","mode":"reproducible","temperature":0.8,"top_p":0.95,"top_k":40,"seed":null,"max_tokens":512,"context":4096,"device":"auto","remote":null} as const;
 export const LABEL_CASES = [[{"target":"t.gguf","draft":"d.gguf","drafter":"model","k":"auto","mode":"greedy","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":3,"max_tokens":512,"context":4096,"device":"auto","remote":null},"draft model · k auto · greedy"],[{"target":"t.gguf","draft":"d.gguf","drafter":"model","k":4,"mode":"sample","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":7,"max_tokens":512,"context":4096,"device":"auto","remote":null},"draft model · k 4 · sample · seed 7"],[{"target":"t.gguf","draft":"d.gguf","drafter":"model","k":"auto","mode":"reproducible","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":null,"max_tokens":512,"context":4096,"device":"auto","remote":null},"draft model · k auto · reproducible"],[{"target":"t.gguf","draft":"d.gguf","drafter":"lookup","k":"auto","mode":"reproducible","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":42,"max_tokens":512,"context":4096,"device":"auto","remote":null},"prompt lookup · k auto · reproducible · seed 42"],[{"target":"t.gguf","draft":"d.gguf","drafter":"auto","k":"auto","mode":"greedy","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":null,"max_tokens":512,"context":4096,"device":"auto","remote":null},"draft model + copies · k auto · greedy"],[{"target":"t.gguf","draft":"d.gguf","drafter":"none","k":"auto","mode":"sample","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":1,"max_tokens":512,"context":4096,"device":"auto","remote":null},"plain · sample · seed 1"],[{"target":"t.gguf","draft":"d.gguf","drafter":"model","k":"auto","mode":"greedy","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":null,"max_tokens":512,"context":4096,"device":"auto","remote":{"base_url":"http://gpu-box:8080/v1","model":"/models/qwen-32b.gguf"}},"remote qwen-32b @ gpu-box:8080 · greedy"]] as const;

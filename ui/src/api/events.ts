@@ -1,20 +1,29 @@
+import { FINISH_REASON_NAMES } from './bindings';
 import type { ChatMessage, ReplyEvent } from './types';
 
-/** Fold one event into a reply: its tokens, text, stats and how it ended. */
+/** Fold one event into a reply: its tokens, text, stats and how it ended. Kinds this UI does
+ *  not know (a newer engine's) are skipped. */
 export function applyEvent(reply: ChatMessage, event: ReplyEvent): void {
   switch (event.kind) {
-    case 'token':
-      (reply.tokens ??= []).push(event.token);
-      reply.content += event.token.text;
+    case 'tokens':
+      (reply.tokens ??= []).push(...event.tokens);
+      reply.content += event.tokens.map((t) => t.text).join('');
       break;
     case 'done':
+      // The reply as released: a stop string the tokens spelled is cut off.
+      reply.content = event.text;
       reply.stats = event.stats;
-      reply.finish_reason = event.finish_reason;
+      reply.finish_reason = FINISH_REASON_NAMES[event.finish_reason];
       break;
-    case 'error':
+    case 'failed':
       reply.finish_reason = 'error';
       break;
     default:
       break;
   }
+}
+
+/** Whether an event ends its reply. */
+export function isLast(event: ReplyEvent): boolean {
+  return event.kind === 'done' || event.kind === 'failed';
 }

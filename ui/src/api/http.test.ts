@@ -29,6 +29,8 @@ function fakeFetch(body: string, status = 200) {
 
 const token = (text: string, source: string) => ({ id: 1, text, source, p: 0.5, q: 0.4 });
 const stats = { prompt_tokens: 5, cached_prompt_tokens: 0, generated_tokens: 2, prefill_ms: 1, decode_ms: 2, tokens_per_second: 9 };
+/** The last chunk of a reply whose released text is `text`. */
+const done = (text: string) => ({ choices: [{ delta: {}, finish_reason: 'stop' }], specula: { event: { kind: 'done', finish_reason: 'end_of_turn', text, stats } } });
 
 describe('HTTP transport', () => {
   beforeEach(() => {
@@ -38,11 +40,11 @@ describe('HTTP transport', () => {
 
   it('rewrites the stored history a few times a reply, not at every step', async () => {
     const step = { k: 3, accepted: 2, generated: 1, tokens_per_second: 8, speedup_vs_plain: null, acceptance_rate: 0.5 };
-    const chunks = Array.from({ length: 300 }, (_, i) => ({
-      choices: [{ delta: { content: 'x' }, finish_reason: null }],
-      specula: { tokens: [token('x', 'accepted')], step: { ...step, generated: i + 1 } },
-    }));
-    const body = sse([...chunks, { choices: [{ delta: {}, finish_reason: 'stop' }], specula: { stats } }]);
+    const chunks = Array.from({ length: 300 }, (_, i) => [
+      { choices: [{ delta: { content: 'x' }, finish_reason: null }], specula: { event: { kind: 'tokens', tokens: [token('x', 'accepted')] } } },
+      { choices: [{ delta: {}, finish_reason: null }], specula: { event: { kind: 'step', step: { ...step, generated: i + 1 } } } },
+    ]).flat();
+    const body = sse([...chunks, done('x'.repeat(300))]);
     let writes = 0;
     const counting = new Proxy(localStorage, {
       get(target, name) {
@@ -63,10 +65,11 @@ describe('HTTP transport', () => {
 
   it('streams a reply into events and stores it with its tokens and stats', async () => {
     const body = sse([
-      { choices: [{ delta: { role: 'assistant', content: 'Hi' }, finish_reason: null }], specula: { tokens: [token('Hi', 'accepted')] } },
-      { choices: [{ delta: { content: '' }, finish_reason: null }], specula: { step: { k: 3, accepted: 1, generated: 1, tokens_per_second: 8, speedup_vs_plain: 1.2, acceptance_rate: 0.5 } } },
-      { choices: [{ delta: { content: '!' }, finish_reason: null }], specula: { tokens: [token('!', 'bonus')] } },
-      { choices: [{ delta: {}, finish_reason: 'stop' }], specula: { stats } },
+      { choices: [{ delta: { role: 'assistant', content: 'Hi' }, finish_reason: null }], specula: { event: { kind: 'tokens', tokens: [token('Hi', 'accepted')] } } },
+      { choices: [{ delta: { content: '' }, finish_reason: null }], specula: { event: { kind: 'step', step: { k: 3, accepted: 1, generated: 1, tokens_per_second: 8, speedup_vs_plain: 1.2, acceptance_rate: 0.5 } } } },
+      { choices: [{ delta: { content: '!' }, finish_reason: null }], specula: { event: { kind: 'tokens', tokens: [token('!', 'bonus')] } } },
+      { choices: [{ delta: { content: '' }, finish_reason: null }], specula: { event: { kind: 'tool_call', name: 'from a newer server' } } },
+      done('Hi!'),
     ]);
     const { fetcher, requests } = fakeFetch(body);
     const backend = new HttpBackend('http://x', localStorage, fetcher);
@@ -78,7 +81,8 @@ describe('HTTP transport', () => {
     const handle = await backend.reply(conversation.id, settings, (e) => events.push(e));
     const reply = await handle.done;
 
-    expect(events.map((e) => e.kind)).toEqual(['token', 'step', 'token', 'done']);
+    // The server's engine's events, unchanged; a kind this UI does not know passes harmlessly.
+    expect(events.map((e) => e.kind)).toEqual(['tokens', 'step', 'tokens', 'tool_call', 'done']);
     expect(reply).toMatchObject({ role: 'assistant', content: 'Hi!', finish_reason: 'stop', stats });
     const sent = requests.find((r) => r.url.endsWith('/v1/chat/completions'))?.body as Record<string, unknown>;
     expect(sent).toMatchObject({
@@ -103,7 +107,7 @@ describe('HTTP transport', () => {
     await backend.addMessage(c.id, 'user', 'x');
     const events: ReplyEvent[] = [];
     const reply = await (await backend.reply(c.id, DEFAULT_SETTINGS, (e) => events.push(e))).done;
-    expect(events).toEqual([{ kind: 'error', error: { code: 'context_length_exceeded', message: 'too long' } }]);
+    expect(events).toEqual([{ kind: 'failed', error: { code: 'context_length_exceeded', message: 'too long' } }]);
     expect(reply.finish_reason).toBe('error');
   });
 
@@ -149,7 +153,7 @@ describe('SSE framing', () => {
   });
 
   it('sends the API key, once set, with every request', async () => {
-    const body = sse([{ choices: [{ delta: {}, finish_reason: 'stop' }], specula: { stats } }]);
+    const body = sse([done('')]);
     const { fetcher, requests } = fakeFetch(body);
     const backend = new HttpBackend('http://x', localStorage, fetcher);
     await backend.status();
@@ -197,8 +201,8 @@ describe('what the browser keeps', () => {
 
   it('a reply the browser refuses to store stays on screen, and the refusal is told', async () => {
     const body = sse([
-      { choices: [{ delta: { content: 'kept' }, finish_reason: null }], specula: { tokens: [token('kept', 'accepted')] } },
-      { choices: [{ delta: {}, finish_reason: 'stop' }], specula: { stats } },
+      { choices: [{ delta: { content: 'kept' }, finish_reason: null }], specula: { event: { kind: 'tokens', tokens: [token('kept', 'accepted')] } } },
+      done('kept'),
     ]);
     let full = false;
     const quota = new Proxy(localStorage, {

@@ -3,7 +3,7 @@
 // conversations live in the browser's own storage.
 
 import type { Backend } from './backend';
-import { applyEvent } from './events';
+import { applyEvent, isLast } from './events';
 import { LocalConversations } from './local';
 import { replyLabel } from './label';
 import {
@@ -15,14 +15,11 @@ import {
   DEFAULT_SETTINGS,
   knownCode,
   type EngineStatus,
-  type GenerationStats,
   type ModelEntry,
   type ReplyEvent,
   type ReplyHandle,
   type Role,
   type Settings,
-  type StepEvent,
-  type TokenEvent,
   toBackendError,
 } from './types';
 
@@ -209,7 +206,7 @@ export class HttpBackend implements Backend {
     };
     const emit = (event: ReplyEvent) => {
       applyEvent(reply, event);
-      if (event.kind === 'done' || event.kind === 'error') save();
+      if (isLast(event)) save();
       else saveSoon();
       onEvent(event);
     };
@@ -225,13 +222,13 @@ export class HttpBackend implements Backend {
         for await (const data of sseData(response.body)) {
           for (const event of chunkEvents(JSON.parse(data))) emit(event);
         }
-        if (!reply.finish_reason) emit({ kind: 'error', error: { code: 'disconnected', message: 'The server closed the stream early.' } });
+        if (!reply.finish_reason) emit({ kind: 'failed', error: { code: 'disconnected', message: 'The server closed the stream early.' } });
       } catch (e) {
         if (abort.signal.aborted) {
           reply.finish_reason = 'cancelled';
           save();
         } else {
-          emit({ kind: 'error', error: toBackendError(e) });
+          emit({ kind: 'failed', error: toBackendError(e) });
         }
       }
       // A write the browser refused (its quota) lost nothing shown: memory keeps the reply,
@@ -244,17 +241,12 @@ export class HttpBackend implements Backend {
   }
 }
 
-/** The reply events one streamed chunk carries. */
+/** The reply event one streamed chunk carries: the server's engine's own, unchanged
+ *  (`specula.event`), or the failure the chunk reports. */
 export function chunkEvents(chunk: Record<string, unknown>): ReplyEvent[] {
-  if (chunk.error) return [{ kind: 'error', error: toBackendError(chunk.error) }];
-  const ext = (chunk.specula ?? {}) as { tokens?: TokenEvent[]; step?: StepEvent; stats?: GenerationStats };
-  const events: ReplyEvent[] = (ext.tokens ?? []).map((token) => ({ kind: 'token', token }));
-  if (ext.step) events.push({ kind: 'step', step: ext.step });
-  const choice = (chunk.choices as { finish_reason?: string | null }[] | undefined)?.[0];
-  if (ext.stats && choice?.finish_reason) {
-    events.push({ kind: 'done', stats: ext.stats, finish_reason: choice.finish_reason });
-  }
-  return events;
+  if (chunk.error) return [{ kind: 'failed', error: toBackendError(chunk.error) }];
+  const event = (chunk.specula as { event?: ReplyEvent } | undefined)?.event;
+  return event ? [event] : [];
 }
 
 /** The `data:` payloads of a server-sent event stream, up to `[DONE]`. */

@@ -1,5 +1,5 @@
 import { describe, expect, it, vi } from 'vitest';
-import type { WireEvent } from './tauri';
+import type { ReplyEvent } from './types';
 
 // The Tauri core module, replaced by a fake shell that answers `reply` after it has already
 // streamed its first events: the transport must not lose them.
@@ -13,11 +13,14 @@ vi.mock('@tauri-apps/api/core', () => {
     invoke: async (command: string, args?: Record<string, unknown>) => {
       invoked.push({ command, args });
       if (command === 'reply') {
-        const channel = args?.onEvent as Channel<WireEvent>;
+        const channel = args?.onEvent as Channel<ReplyEvent>;
         const token = (text: string) => ({ id: 1, text, source: 'accepted' as const, p: 0.9, q: 0.8 });
-        const step = { k: 4, accepted: 1, generated: 2, tokens_per_second: 9, speedup_vs_plain: null, acceptance_rate: 0.5 };
-        channel.onmessage({ kind: 'batch', tokens: [token('Hi'), token('!')], step });
-        setTimeout(() => channel.onmessage({ kind: 'done', stats: { prompt_tokens: 1, cached_prompt_tokens: 0, generated_tokens: 1, prefill_ms: 1, decode_ms: 1, tokens_per_second: 1 }, finish_reason: 'stop' }));
+        const step = { k: 4, accepted: 1, generated: 2, tokens_per_second: 9, speedup_vs_plain: null, plain_ms_per_token: null, plain_steps: 0, acceptance_rate: 0.5 };
+        const stats = { prompt_tokens: 1, cached_prompt_tokens: 0, generated_tokens: 2, prefill_ms: 1, decode_ms: 1, tokens_per_second: 1 };
+        channel.onmessage({ kind: 'started', request_id: 7, prompt_tokens: 1, decoding: { drafter: 'model', k: 'auto' }, seed: 0 });
+        channel.onmessage({ kind: 'tokens', tokens: [token('Hi'), token('!')] });
+        channel.onmessage({ kind: 'step', step });
+        setTimeout(() => channel.onmessage({ kind: 'done', finish_reason: 'end_of_turn', text: 'Hi!', stats }));
         return { request_id: 7, message: { id: 3, role: 'assistant', content: '' } };
       }
       if (command === 'get_conversation') throw { code: 'not_found', message: 'No conversation 9' };
@@ -35,8 +38,8 @@ describe('Tauri transport', () => {
     const handle = await backend.reply(1, DEFAULT_SETTINGS, (e) => seen.push(e.kind));
     const reply = await handle.done;
     expect(reply).toMatchObject({ id: 3, content: 'Hi!', finish_reason: 'stop' });
-    // A batch reads as the events it gathers, in order.
-    expect(seen).toEqual(['token', 'token', 'step', 'done']);
+    // The engine's events, in its order and its shape; the end named as the history names it.
+    expect(seen).toEqual(['started', 'tokens', 'step', 'done']);
     await handle.cancel();
     expect(invoked.at(-1)).toEqual({ command: 'cancel_reply', args: { requestId: 7 } });
   });

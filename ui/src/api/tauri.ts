@@ -4,9 +4,9 @@
 
 import { Channel } from '@tauri-apps/api/core';
 import { listen } from '@tauri-apps/api/event';
-import { commands, type ReplyEvent as WireEvent } from './bindings';
+import { commands } from './bindings';
 import type { Backend } from './backend';
-import { applyEvent } from './events';
+import { applyEvent, isLast } from './events';
 import type {
   BackendError,
   ChatMessage,
@@ -80,19 +80,6 @@ class TauriLibrary implements Library {
   }
 }
 
-/** What the shell sends over a reply's Channel (`WireEvent`, generated): the reply's events,
- *  except that tokens and the latest step's figures come batched a few times a second
- *  (src-tauri/engine.rs). */
-export type { WireEvent };
-
-/** A message from the shell as the reply events it carries. */
-export function unbatch(wire: WireEvent): ReplyEvent[] {
-  if (wire.kind !== 'batch') return [wire];
-  const events: ReplyEvent[] = wire.tokens.map((token) => ({ kind: 'token', token }));
-  if (wire.step) events.push({ kind: 'step', step: wire.step });
-  return events;
-}
-
 export class TauriBackend implements Backend {
   readonly transport = 'tauri' as const;
   readonly canChooseTarget = true;
@@ -154,20 +141,19 @@ export class TauriBackend implements Backend {
   async reply(conversationId: number, settings: Settings, onEvent: (e: ReplyEvent) => void): Promise<ReplyHandle> {
     let finish: (m: ChatMessage) => void = () => {};
     const done = new Promise<ChatMessage>((resolve) => (finish = resolve));
-    const channel = new Channel<WireEvent>();
+    // The engine's events as it emitted them, tokens gathered a few times a second by the shell.
+    const channel = new Channel<ReplyEvent>();
     let reply: ChatMessage | undefined;
     // Events can overtake the command's answer; hold them until the reply is known.
     const early: ReplyEvent[] = [];
     const handle = (message: ChatMessage, event: ReplyEvent) => {
       applyEvent(message, event);
       onEvent(event);
-      if (event.kind === 'done' || event.kind === 'error') finish(message);
+      if (isLast(event)) finish(message);
     };
-    channel.onmessage = (wire) => {
-      for (const event of unbatch(wire)) {
-        if (reply) handle(reply, event);
-        else early.push(event);
-      }
+    channel.onmessage = (event) => {
+      if (reply) handle(reply, event);
+      else early.push(event);
     };
     const started = await call(commands.reply(conversationId, settings, channel));
     reply = started.message;

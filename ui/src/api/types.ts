@@ -16,9 +16,7 @@ import type {
   ModelEntry,
   PullEvent,
   ReplyEvent as WireReplyEvent,
-  StepEvent,
   StoredMessage,
-  TokenEvent,
 } from './bindings';
 import { DEFAULT_SETTINGS as GENERATED_DEFAULT_SETTINGS, ERROR_CODES } from './bindings';
 
@@ -73,14 +71,9 @@ export interface BackendError {
   message: string;
 }
 
-/** What a reply's events are to the UI: the shell's messages, with its batches taken apart. */
-export type ReplyEvent =
-  | Exclude<WireReplyEvent, { kind: 'batch' | 'error' }>
-  | { kind: 'error'; error: BackendError }
-  | { kind: 'token'; token: TokenEvent }
-  | { kind: 'step'; step: StepEvent };
-
-export type { WireReplyEvent };
+/** A reply's events as the engine emits them (crates/protocol's `ReplyEvent`, unchanged on the
+ *  way), except that a failure may carry one of the browser transport's own codes. */
+export type ReplyEvent = Exclude<WireReplyEvent, { kind: 'failed' }> | { kind: 'failed'; error: BackendError };
 
 export interface ReplyHandle {
   cancel(): Promise<void>;

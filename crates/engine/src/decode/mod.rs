@@ -13,6 +13,6 @@ pub use plain::{generate_plain, PLAIN_STEP_EVERY};
 pub(crate) use reply::{ms, prefill_prompt, start, Reply};
 pub use sink::{Flow, NullSink, Progress, TokenSink};
 pub use specula_protocol::events::{
-    Alternative, FinishReason, Generation, GenerationStats, Source, SpeculativeStats, StepEvent, TokenEvent,
+    Alternative, FinishReason, Generation, GenerationStats, ReplyEvent, Source, SpeculativeStats, StepEvent, TokenEvent,
 };
 pub use specula_protocol::{GenerateOptions, MAX_ALTERNATIVES};

@@ -3,12 +3,12 @@
 //!
 //! The app, the HTTP server and the CLI's chat submit [`Request`]s that carry every per-call
 //! option as values (sampling, k, drafter, limits, stops, a deadline), and get back a
-//! [`Ticket`] that streams [`Event`]s and can be cancelled at any time: while queued, while
+//! [`Ticket`] that streams [`ReplyEvent`]s and can be cancelled at any time: while queued, while
 //! the prompt is read (prefill runs in chunks and asks between them), or while decoding.
 //! Nothing is set on the shared [`Session`] and restored afterwards, so no request's
 //! settings can leak into the next.
 //!
-//! A job that fails, a panic included, ends with an [`Event::Failed`] and the service goes on
+//! A job that fails, a panic included, ends with a [`ReplyEvent::Failed`] and the service goes on
 //! with the next one; [`EngineHandle::health`] says what is loaded and what went wrong.
 //! Events travel over a bounded channel: a slow reader slows the engine (back-pressure)
 //! instead of growing a queue, and one that stops reading for [`STALL_LIMIT`] is cancelled.
@@ -19,7 +19,7 @@ mod sink;
 mod worker;
 
 use crate::chat::Message;
-use crate::decode::{GenerateOptions, Generation, StepEvent, TokenEvent};
+use crate::decode::{GenerateOptions, Generation};
 use crate::error::{Error, ErrorInfo, Result};
 use crate::models::ModelInfo;
 use crate::session::{DrafterKind, Session};
@@ -114,28 +114,9 @@ impl Request {
     }
 }
 
-/// What a ticket hears, in order: `Started`, `Prefill` progress, then `Token`s and `Step`s,
-/// and last exactly one `Done` or `Failed`.
-// `Done` is far larger than a token event, but it comes once a reply: boxing it would save a
-// few hundred bytes of a channel's slots at the cost of every reader's patterns.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug)]
-pub enum Event {
-    /// The prompt fits; `prompt_tokens` will be read.
-    Started {
-        prompt_tokens: usize,
-    },
-    /// `done` of the `total` uncached prompt tokens are read.
-    Prefill {
-        done: usize,
-        total: usize,
-    },
-    Token(TokenEvent),
-    Step(StepEvent),
-    /// The reply, however it ended (a cancelled one has `FinishReason::Cancelled`).
-    Done(Generation),
-    Failed(Error),
-}
+/// What a ticket hears: the contract's [`ReplyEvent`]s, as the engine's sink emits them
+/// (one token each) and unchanged from there to the window.
+pub use specula_protocol::ReplyEvent;
 
 /// Stops a reply wherever it is; clones share the flag.
 #[derive(Debug, Clone, Default)]
@@ -155,7 +136,7 @@ impl CancelHandle {
 /// the reply too (a client that went away).
 pub struct Ticket {
     id: u64,
-    events: flume::Receiver<Event>,
+    events: flume::Receiver<ReplyEvent>,
     cancel: CancelHandle,
 }
 
@@ -174,29 +155,31 @@ impl Ticket {
     }
 
     /// The next event, waiting for it; `None` after the last.
-    pub fn recv(&self) -> Option<Event> {
+    pub fn recv(&self) -> Option<ReplyEvent> {
         self.events.recv().ok()
     }
 
     /// The next event if one comes within `timeout`.
-    pub fn recv_timeout(&self, timeout: std::time::Duration) -> std::result::Result<Event, flume::RecvTimeoutError> {
+    pub fn recv_timeout(
+        &self,
+        timeout: std::time::Duration,
+    ) -> std::result::Result<ReplyEvent, flume::RecvTimeoutError> {
         self.events.recv_timeout(timeout)
     }
 
-    pub async fn recv_async(&self) -> Option<Event> {
+    pub async fn recv_async(&self) -> Option<ReplyEvent> {
         self.events.recv_async().await.ok()
     }
 
     /// Wait for the end and return the reply, or why there is none.
-    pub fn wait(self) -> Result<Generation> {
+    pub fn wait(self) -> std::result::Result<Generation, ErrorInfo> {
+        let mut reply = specula_protocol::Collected::default();
         while let Some(event) = self.recv() {
-            match event {
-                Event::Done(generation) => return Ok(generation),
-                Event::Failed(error) => return Err(error),
-                _ => {}
+            if let Some(end) = reply.add(event) {
+                return end;
             }
         }
-        Err(stopped())
+        Err(ErrorInfo::from(stopped()))
     }
 }
 
@@ -290,8 +273,9 @@ enum Job {
 }
 
 struct GenerateJob {
+    id: u64,
     request: Request,
-    events: flume::Sender<Event>,
+    events: flume::Sender<ReplyEvent>,
     cancel: CancelHandle,
     _slot: QueueSlot,
 }
@@ -352,7 +336,7 @@ impl EngineHandle {
         let (events, receiver) = flume::bounded(self.shared.config.event_buffer.max(1));
         let cancel = CancelHandle::default();
         let id = self.shared.next_id.fetch_add(1, Ordering::SeqCst);
-        let job = GenerateJob { request, events, cancel: cancel.clone(), _slot: slot };
+        let job = GenerateJob { id, request, events, cancel: cancel.clone(), _slot: slot };
         self.jobs.send(Job::Generate(Box::new(job))).map_err(|_| stopped())?;
         Ok(Ticket { id, events: receiver, cancel })
     }

@@ -2,15 +2,20 @@
 //! ticket's cancel flag, its deadline and a vanished or stalled reader all turned into
 //! [`Flow::Stop`].
 
-use super::{CancelHandle, Event, STALL_LIMIT};
+use super::{CancelHandle, ReplyEvent, STALL_LIMIT};
 use crate::decode::{Flow, StepEvent, TokenEvent, TokenSink};
+use crate::session::Decoding;
 use std::time::{Duration, Instant};
 
 /// How often a blocked send looks at the cancel flag and the deadline.
 const POLL: Duration = Duration::from_millis(50);
 
 pub(super) struct ChannelSink<'a> {
-    pub events: &'a flume::Sender<Event>,
+    pub events: &'a flume::Sender<ReplyEvent>,
+    /// What `Started` says: the ticket's id, how the reply is decoded, its seed.
+    pub request_id: u64,
+    pub decoding: Option<Decoding>,
+    pub seed: u64,
     pub cancel: &'a CancelHandle,
     pub deadline: Option<Instant>,
     /// The last prefill progress sent, so repeats are not.
@@ -27,7 +32,7 @@ impl ChannelSink<'_> {
 
     /// Send `event`, waiting while the reader catches up (back-pressure), unless the reply is
     /// stopped meanwhile or the reader takes nothing for [`STALL_LIMIT`].
-    fn deliver(&self, event: Event) -> Flow {
+    fn deliver(&self, event: ReplyEvent) -> Flow {
         if self.should_stop() {
             return Flow::Stop;
         }
@@ -39,13 +44,13 @@ impl ChannelSink<'_> {
 
     /// The last event of a job is delivered even when the job was cancelled (its reader wants
     /// to know how it ended), unless the reader is gone or stalled.
-    pub fn deliver_last(&self, event: Event) {
+    pub fn deliver_last(&self, event: ReplyEvent) {
         if !self.send_patiently(event, |_| false) {
             tracing::debug!("a reply's last event was not taken: its reader left");
         }
     }
 
-    fn send_patiently(&self, mut event: Event, give_up: impl Fn(&Self) -> bool) -> bool {
+    fn send_patiently(&self, mut event: ReplyEvent, give_up: impl Fn(&Self) -> bool) -> bool {
         let started = Instant::now();
         loop {
             match self.events.send_timeout(event, POLL) {
@@ -62,7 +67,8 @@ impl ChannelSink<'_> {
 
 impl TokenSink for ChannelSink<'_> {
     fn on_start(&mut self, prompt_tokens: usize) -> Flow {
-        self.deliver(Event::Started { prompt_tokens })
+        let (request_id, decoding, seed) = (self.request_id, self.decoding, self.seed);
+        self.deliver(ReplyEvent::Started { request_id, prompt_tokens: Some(prompt_tokens), decoding, seed })
     }
 
     fn on_prefill(&mut self, done: usize, total: usize) -> Flow {
@@ -70,14 +76,14 @@ impl TokenSink for ChannelSink<'_> {
             return if self.should_stop() { Flow::Stop } else { Flow::Continue };
         }
         self.prefill_sent = Some(done);
-        self.deliver(Event::Prefill { done, total })
+        self.deliver(ReplyEvent::Prefill { done, total })
     }
 
     fn on_token(&mut self, token: &TokenEvent) -> Flow {
-        self.deliver(Event::Token(token.clone()))
+        self.deliver(ReplyEvent::Tokens { tokens: vec![token.clone()] })
     }
 
     fn on_step(&mut self, step: &StepEvent) -> Flow {
-        self.deliver(Event::Step(step.clone()))
+        self.deliver(ReplyEvent::Step { step: step.clone() })
     }
 }

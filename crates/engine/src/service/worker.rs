@@ -2,9 +2,8 @@
 //! so that one failing job ends as an error and the next one runs.
 
 use super::sink::ChannelSink;
-use super::{
-    EngineState, Event, GenerateJob, Health, Job, LoadSpec, LoadedModelInfo, Prompt, Request, ServiceConfig, Shared,
-};
+use super::ReplyEvent;
+use super::{EngineState, GenerateJob, Health, Job, LoadSpec, LoadedModelInfo, Prompt, Request, ServiceConfig, Shared};
 use crate::decode::Generation;
 use crate::device;
 use crate::error::{Error, ErrorInfo, Result};
@@ -177,19 +176,28 @@ impl Worker {
     }
 
     fn serve(&mut self, job: GenerateJob) {
-        let GenerateJob { request, events, cancel, _slot: slot } = job;
-        let mut sink = ChannelSink { events: &events, cancel: &cancel, deadline: request.deadline, prefill_sent: None };
+        let GenerateJob { id, request, events, cancel, _slot: slot } = job;
+        let mut sink = ChannelSink {
+            events: &events,
+            request_id: id,
+            decoding: None,
+            seed: request.options.sampling.seed,
+            cancel: &cancel,
+            deadline: request.deadline,
+            prefill_sent: None,
+        };
         if sink.should_stop() {
             // Cancelled or abandoned while queued.
             drop(slot);
-            sink.deliver_last(Event::Done(Generation::cancelled(0)));
+            sink.deliver_last(Generation::cancelled(0).into_done());
             return;
         }
         let shared = self.shared.clone();
-        let attempt = match self.session_for(&request) {
+        let attempt = match self.session_for(&request).and_then(|s| Ok((decoding_of(&request, &shared.config, s)?, s)))
+        {
             Err(error) => Ok(Err(error)),
-            Ok(session) => {
-                let decoding = decoding_of(&request, &shared.config, session);
+            Ok((decoding, session)) => {
+                sink.decoding = Some(decoding);
                 catch_unwind(AssertUnwindSafe(|| reply(session, &request, decoding, &mut sink)))
             }
         };
@@ -200,12 +208,12 @@ impl Worker {
             _ => None,
         };
         let event = match outcome {
-            Ok(generation) => Event::Done(generation),
+            Ok(generation) => generation.into_done(),
             Err(error) => {
                 if matches!(error, Error::InvalidLogits(_) | Error::Candle(_) | Error::JobPanicked(_)) {
                     self.shared.update_health(|h| h.last_failure = Some(ErrorInfo::from(&error)));
                 }
-                Event::Failed(error)
+                ReplyEvent::Failed { error: ErrorInfo::from(error) }
             }
         };
         // The job's place is free before its reader hears the end, so a reader that then asks
@@ -272,12 +280,11 @@ fn reply(session: &mut Session, request: &Request, decoding: Decoding, sink: &mu
     session.generate(&prompt, &request.options, decoding, sink)
 }
 
-/// The request's drafter and k, or the service's defaults for what it leaves open.
-fn decoding_of(request: &Request, config: &ServiceConfig, session: &Session) -> Decoding {
-    Decoding {
-        drafter: request.drafter.or(config.default_drafter).unwrap_or_else(|| session.default_drafter()),
-        k: request.k.unwrap_or(config.default_k),
-    }
+/// The request's drafter and k, or the service's defaults for what it leaves open, with the
+/// drafter as it runs on the models loaded (`auto` without a draft model is lookup).
+fn decoding_of(request: &Request, config: &ServiceConfig, session: &Session) -> Result<Decoding> {
+    let asked = request.drafter.or(config.default_drafter).unwrap_or_else(|| session.default_drafter());
+    Ok(Decoding { drafter: session.resolve(asked)?, k: request.k.unwrap_or(config.default_k) })
 }
 
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {

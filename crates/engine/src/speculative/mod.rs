@@ -24,7 +24,7 @@ use crate::decode::{
 use crate::error::Result;
 use crate::sampling::{gumbel_token, Mode, Sampler, TokenDistribution};
 use crate::tokenizer::Tokenizer;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone)]
 pub struct SpeculativeOptions {
@@ -57,6 +57,48 @@ struct Totals {
     drafting_steps: usize,
 }
 
+/// A reply's drafting side: who proposes, what auto k knows of the costs, and the figures the
+/// reply's steps add up to.
+struct Speculation<'a> {
+    drafter: &'a mut dyn Drafter,
+    spec: &'a SpeculativeOptions,
+    costs: &'a mut CostModel,
+    totals: Totals,
+    plain: PlainReference,
+}
+
+/// Who drafts a step and how far.
+struct StepPlan {
+    /// Drafts asked for; a drafter may propose fewer.
+    k: usize,
+    /// The copy arm drafts the step, from `copy`, which continues a match of `matched` tokens.
+    copying: bool,
+    copy: Vec<u32>,
+    matched: usize,
+}
+
+/// A step's drafts, and what catching the drafter up and drafting took, timed apart.
+struct Drafted {
+    drafts: Vec<Draft>,
+    catch_up_ms: f64,
+    draft_ms: f64,
+}
+
+/// What a step measured, for its report.
+#[derive(Clone, Copy)]
+struct StepFigures {
+    /// When the step began (its room and plan included): its wall time runs to the report.
+    started: Instant,
+    /// Drafts proposed, and how many of them the target kept.
+    k: usize,
+    accepted: usize,
+    /// Tokens the step committed.
+    committed: usize,
+    catch_up_ms: f64,
+    draft_ms: f64,
+    verify_ms: f64,
+}
+
 /// Generate a reply with `drafter` proposing and `target` verifying. The reply is exactly the
 /// target's: the same tokens as [`crate::generate_plain`] in greedy and reproducible modes,
 /// the same distribution in sample mode.
@@ -83,20 +125,12 @@ pub fn generate_speculative(
     }
     costs.new_reply();
     let started = Instant::now();
-    let Some(cached) = prefill_measuring_plain_step(target, prompt, costs, sink)? else {
+    let Some(cached) = prefill_target_and_drafter(target, drafter, prompt, costs, sink)? else {
         return Ok(Generation::cancelled(prompt.len()));
     };
-    let t = Instant::now();
-    // The draft's prefill is cancellable too; progress stays at the target's 100%.
-    let total = prompt.len() - 1 - cached;
-    let Some(fed) = drafter.prefill(prompt, &mut |_, _| sink.on_prefill(total, total))? else {
-        return Ok(Generation::cancelled(prompt.len()));
-    };
-    costs.record_catch_up(fed, ms(t.elapsed()));
     let prefill = started.elapsed();
     let mut reply = Reply::new(tokenizer, prompt, options, sink);
-    let mut totals = Totals::default();
-    let mut plain = PlainReference::default();
+    let mut run = Speculation { drafter, spec, costs, totals: Totals::default(), plain: PlainReference::default() };
 
     while !reply.is_done() {
         let step_started = Instant::now();
@@ -106,98 +140,158 @@ pub fn generate_speculative(
             reply.finish = Some(FinishReason::ContextFull);
             break;
         }
-        let budget = options.max_tokens.saturating_sub(reply.position());
+        let plan = run.plan(&reply, room, options.max_tokens);
+        let Drafted { drafts, catch_up_ms, draft_ms } = run.draft(&reply, &plan, &mut sampler)?;
+        let (logits, verify_ms) = target_pass(target, &reply.context, &drafts)?;
+        let (outcome, p) = verify(&mut sampler, &reply.context, reply.position(), &drafts, &logits, spec)?;
+        commit(&mut reply, &drafts, &outcome, &p)?;
+        rollback(target, run.drafter, reply.context.len());
+        let committed = reply.tokens.len() - committed_before;
+        let (k, accepted) = (drafts.len(), outcome.accepted);
+        let figures = StepFigures { started: step_started, k, accepted, committed, catch_up_ms, draft_ms, verify_ms };
+        run.report(&mut reply, &plan, figures);
+    }
+    run.finish(reply, prompt.len(), cached, prefill)
+}
+
+/// Prefill the target (timing a plain step on the way), then the drafter. The prompt tokens
+/// the target had cached; `None` when the sink cancelled.
+fn prefill_target_and_drafter(
+    target: &mut CachedModel,
+    drafter: &mut dyn Drafter,
+    prompt: &[u32],
+    costs: &mut CostModel,
+    sink: &mut dyn TokenSink,
+) -> Result<Option<usize>> {
+    let Some(cached) = prefill_measuring_plain_step(target, prompt, costs, sink)? else {
+        return Ok(None);
+    };
+    let t = Instant::now();
+    // The draft's prefill is cancellable too; progress stays at the target's 100%.
+    let total = prompt.len() - 1 - cached;
+    let Some(fed) = drafter.prefill(prompt, &mut |_, _| sink.on_prefill(total, total))? else {
+        return Ok(None);
+    };
+    costs.record_catch_up(fed, ms(t.elapsed()));
+    Ok(Some(cached))
+}
+
+impl Speculation<'_> {
+    /// Who drafts the next step and how far: no further than the `room` left in the context
+    /// and the reply's token budget allow.
+    fn plan(&mut self, reply: &Reply, room: usize, max_tokens: usize) -> StepPlan {
+        let budget = max_tokens.saturating_sub(reply.position());
         let limit = |k: usize| k.min(room - 1).min(budget.saturating_sub(1));
-        let backlog = drafter.backlog(reply.context.len());
+        let backlog = self.drafter.backlog(reply.context.len());
         // A plain step owed to the speedup figure is taken whatever k would be: it commits the
         // token the target picks, as any step does.
-        let owed = plain.owed();
-        let model_k = if owed { 0 } else { costs.next_k(spec.k, backlog) };
+        let owed = self.plain.owed();
+        let model_k = if owed { 0 } else { self.costs.next_k(self.spec.k, backlog) };
         // A drafter with a free second source offers copies; the better arm drafts the step.
-        let copy = if owed { None } else { drafter.copy(&reply.context, MAX_K) };
+        let copy = if owed { None } else { self.drafter.copy(&reply.context, MAX_K) };
         let (copy, matched) = copy.map_or((Vec::new(), 0), |found| (found.tokens, found.matched));
-        let copy_k = limit(costs.copy_k(spec.k, copy.len(), matched, model_k));
+        let copy_k = limit(self.costs.copy_k(self.spec.k, copy.len(), matched, model_k));
         let copying = copy_k > 0;
         let k = if copying { copy_k } else { limit(model_k) };
+        StepPlan { k, copying, copy, matched }
+    }
 
-        // 1. draft (after catching the drafter up on steps taken without it, timed apart)
+    /// Draft the step as planned, after catching the drafter up on steps taken without it
+    /// (timed apart).
+    fn draft(&mut self, reply: &Reply, plan: &StepPlan, sampler: &mut Sampler) -> Result<Drafted> {
         let t = Instant::now();
-        let fed = if k > 0 && !copying { drafter.catch_up(&reply.context)? } else { 0 };
+        let fed = if plan.k > 0 && !plan.copying { self.drafter.catch_up(&reply.context)? } else { 0 };
         let catch_up_ms = ms(t.elapsed());
-        costs.record_catch_up(fed, catch_up_ms);
+        self.costs.record_catch_up(fed, catch_up_ms);
         let t = Instant::now();
-        let drafts = match (copying, k > 0) {
-            (true, _) => copy[..k].iter().map(|&token| Draft::copied(token)).collect(),
-            (false, true) => drafter.propose(&reply.context, k, &mut sampler, reply.position())?,
+        let drafts = match (plan.copying, plan.k > 0) {
+            (true, _) => plan.copy[..plan.k].iter().map(|&token| Draft::copied(token)).collect(),
+            (false, true) => self.drafter.propose(&reply.context, plan.k, sampler, reply.position())?,
             (false, false) => Vec::new(),
         };
-        let draft_ms = ms(t.elapsed());
-        let k = drafts.len();
+        Ok(Drafted { drafts, catch_up_ms, draft_ms: ms(t.elapsed()) })
+    }
 
-        // 2. verify: one target pass over [last, d1 .. dk]
-        let t = Instant::now();
-        let n_past = reply.context.len() - 1;
-        target.truncate(n_past);
-        let mut input = vec![reply.context[n_past]];
-        input.extend(drafts.iter().map(|d| d.token));
-        let logits = target.forward_all(&input)?;
-        let verify_ms = ms(t.elapsed());
-
-        // 3. accept
-        let (outcome, p) = verify(&mut sampler, &reply.context, reply.position(), &drafts, &logits, spec)?;
-
-        // 4. commit
-        for (draft, p_i) in drafts.iter().zip(&p).take(outcome.accepted) {
-            let source = if draft.is_copy() { Source::Copied } else { Source::Accepted };
-            if !reply.commit(draft.token, source, p_i, Some(draft.prob()))? {
-                break;
-            }
-        }
-        let source = if drafts.is_empty() { Source::Target } else { outcome.next_source };
-        let q_next = drafts.get(outcome.accepted).map(|d| d.q(outcome.next));
-        reply.commit(outcome.next, source, &p[outcome.accepted], q_next)?;
-
-        // 5. rollback: both caches keep only committed tokens (the newest is fed next step).
-        let n_past = reply.context.len() - 1;
-        target.truncate(n_past);
-        drafter.rollback(n_past);
-        debug_assert_eq!(target.len(), n_past);
-        debug_assert!(drafter.cached_len() <= n_past);
-
-        costs.record_verify(input.len(), verify_ms);
-        let step_ms = ms(step_started.elapsed());
-        tracing::trace!(k, copying, accepted = outcome.accepted, draft_ms, verify_ms, step_ms, "step");
+    /// What the step accepted, and what auto k, the copy arm and the speedup figure learn from
+    /// it; the step event shows it.
+    fn report(&mut self, reply: &mut Reply, plan: &StepPlan, step: StepFigures) {
+        let StepFigures { started, k, accepted, committed, catch_up_ms, draft_ms, verify_ms } = step;
+        let copying = plan.copying;
+        // The target's pass was over [last, d1 .. dk].
+        self.costs.record_verify(k + 1, verify_ms);
+        let step_ms = ms(started.elapsed());
+        tracing::trace!(k, copying, accepted, draft_ms, verify_ms, step_ms, "step");
         if copying {
             // The copy arm's own evidence; the model arm's realized rate is the model's alone.
-            costs.record_copy(k, outcome.accepted, matched);
+            self.costs.record_copy(k, accepted, plan.matched);
         } else {
-            costs.record_draft(k, outcome.accepted, draft_ms);
+            self.costs.record_draft(k, accepted, draft_ms);
             // The catch-up is a one-off that auto priced before it probed (`repays_catch_up`);
             // counted in the probe's first step, it read as a loss of twice plain's time and
             // stopped every probe that followed a plain stretch, whatever its acceptance.
-            costs.record_step(k, reply.tokens.len() - committed_before, step_ms - catch_up_ms);
+            self.costs.record_step(k, committed, step_ms - catch_up_ms);
         }
-        plain.record_step(k, reply.tokens.len() - committed_before, step_ms);
-        totals.record(k, outcome.accepted, catch_up_ms + draft_ms, verify_ms);
+        self.plain.record_step(k, committed, step_ms);
+        let totals = &mut self.totals;
+        totals.record(k, accepted, catch_up_ms + draft_ms, verify_ms);
         if copying {
-            (totals.copied, totals.copied_accepted) = (totals.copied + k, totals.copied_accepted + outcome.accepted);
+            (totals.copied, totals.copied_accepted) = (totals.copied + k, totals.copied_accepted + accepted);
         }
-        let step = step_event(&reply, &plain, &totals, k, outcome.accepted);
-        reply.step(&step);
+        let event = step_event(reply, &self.plain, &self.totals, k, accepted);
+        reply.step(&event);
     }
 
-    let decode = reply.decode_elapsed();
-    let generated = reply.tokens.len();
-    let stats = GenerationStats {
-        prompt_tokens: prompt.len(),
-        cached_prompt_tokens: cached,
-        generated_tokens: generated,
-        prefill_ms: ms(prefill),
-        decode_ms: ms(decode),
-        tokens_per_second: generated as f64 / decode.as_secs_f64().max(1e-9),
-        speculative: Some(totals.summary(drafter.name(), costs, &plain, generated, ms(decode))),
-    };
-    reply.finish(stats)
+    /// The finished reply, with its figures.
+    fn finish(self, reply: Reply, prompt_tokens: usize, cached: usize, prefill: Duration) -> Result<Generation> {
+        let decode = reply.decode_elapsed();
+        let generated = reply.tokens.len();
+        let stats = GenerationStats {
+            prompt_tokens,
+            cached_prompt_tokens: cached,
+            generated_tokens: generated,
+            prefill_ms: ms(prefill),
+            decode_ms: ms(decode),
+            tokens_per_second: generated as f64 / decode.as_secs_f64().max(1e-9),
+            speculative: Some(self.totals.summary(self.drafter.name(), self.costs, &self.plain, generated, ms(decode))),
+        };
+        reply.finish(stats)
+    }
+}
+
+/// Verify, first half: one target pass over [last, d1 .. dk], timed; its logits at the k+1
+/// positions.
+fn target_pass(target: &mut CachedModel, context: &[u32], drafts: &[Draft]) -> Result<(Vec<Vec<f32>>, f64)> {
+    let t = Instant::now();
+    let n_past = context.len() - 1;
+    target.truncate(n_past);
+    let mut input = vec![context[n_past]];
+    input.extend(drafts.iter().map(|d| d.token));
+    let logits = target.forward_all(&input)?;
+    Ok((logits, ms(t.elapsed())))
+}
+
+/// Commit the drafts the target kept (until the reply ends), then the token it picked after
+/// them.
+fn commit(reply: &mut Reply, drafts: &[Draft], outcome: &Outcome, p: &[Vec<f32>]) -> Result<()> {
+    for (draft, p_i) in drafts.iter().zip(p).take(outcome.accepted) {
+        let source = if draft.is_copy() { Source::Copied } else { Source::Accepted };
+        if !reply.commit(draft.token, source, p_i, Some(draft.prob()))? {
+            break;
+        }
+    }
+    let source = if drafts.is_empty() { Source::Target } else { outcome.next_source };
+    let q_next = drafts.get(outcome.accepted).map(|d| d.q(outcome.next));
+    reply.commit(outcome.next, source, &p[outcome.accepted], q_next)?;
+    Ok(())
+}
+
+/// Both caches keep only committed tokens (the newest is fed next step).
+fn rollback(target: &mut CachedModel, drafter: &mut dyn Drafter, context_len: usize) {
+    let n_past = context_len - 1;
+    target.truncate(n_past);
+    drafter.rollback(n_past);
+    debug_assert_eq!(target.len(), n_past);
+    debug_assert!(drafter.cached_len() <= n_past);
 }
 
 /// Prefill the prompt but its last token, feeding the one before that alone and timing it:
