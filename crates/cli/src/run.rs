@@ -106,6 +106,11 @@ pub struct ServeArgs {
     /// Seconds a request may take, queued time included, before it is cancelled.
     #[arg(long, default_value_t = 600)]
     request_timeout: u64,
+    /// MiB of earlier prompts' caches kept in memory, so that a caller who comes back (a chat
+    /// taken up again) resumes where it was instead of the prompt being read again; shared by
+    /// every caller. Default: a quarter of the memory free after loading, at most 8 GiB; 0: none.
+    #[arg(long, value_name = "MIB")]
+    cache_ram: Option<usize>,
     /// Also serve the built web UI (ui/dist, or the folder given).
     #[arg(long, num_args = 0..=1, default_missing_value = "ui/dist")]
     ui: Option<PathBuf>,
@@ -291,6 +296,7 @@ pub fn serve(args: ServeArgs) -> CliResult {
         max_queue: args.max_queue,
         default_k: args.k,
         default_drafter: args.model.drafter,
+        prompt_cache_bytes: args.cache_ram.map(|mib| mib << 20),
         ..Default::default()
     };
     let limits = specula_server::listen::Limits { max_connections: args.max_connections, ..Default::default() };

@@ -164,6 +164,34 @@ fn a_chunked_prefill_leaves_the_cache_an_unchunked_one_would() {
     assert_eq!(chunked.forward_all(&[1, 2]).unwrap(), whole.forward_all(&[1, 2]).unwrap());
 }
 
+#[test]
+fn a_chat_gone_back_to_resumes_from_the_prompt_cache_and_scores_as_a_cold_prefill_does() {
+    let tiny = Tiny::chat(8, 0.0);
+    let chat = |seed: usize| -> Vec<u32> { (0..300).map(|i| ((i * 7 + seed * 31) % 96) as u32).collect() };
+    let next_turn = |chat: &[u32], reply: &[u32], question: &[u32]| [chat, reply, question].concat();
+    let (a, b) = (chat(1), chat(2));
+    let mut warm = tiny.model();
+    warm.set_prompt_cache(64 << 20);
+    assert_eq!(warm.prefill(&a).unwrap(), 300);
+    warm.forward_all(&[5, 6, 7]).unwrap(); // A's reply
+    assert_eq!(warm.prefill(&b).unwrap(), 300, "another chat: read whole, A kept");
+    warm.forward_all(&[8, 9]).unwrap(); // B's reply
+    let a_again = next_turn(&a, &[5, 6, 7], &[10, 11]);
+    assert_eq!(warm.prefill(&a_again).unwrap(), 2, "back to A: only its new turn is read");
+    let b_again = next_turn(&b, &[8, 9], &[12]);
+    assert_eq!(warm.prefill(&b_again).unwrap(), 1, "and back to B");
+    assert_eq!(warm.prompt_cache().len(), 2, "one per chat: A's longer state replaced its shorter one");
+
+    let mut cold = tiny.model();
+    cold.prefill(&b_again).unwrap();
+    assert_eq!(warm.forward_all(&[1, 2]).unwrap(), cold.forward_all(&[1, 2]).unwrap(), "bit for bit");
+
+    let mut off = tiny.model();
+    off.prefill(&a).unwrap();
+    assert_eq!(off.prefill(&b).unwrap(), 300);
+    assert_eq!(off.prefill(&a).unwrap(), 300, "without a budget nothing is kept");
+}
+
 /// The step events of a reply.
 #[derive(Default)]
 struct Steps(Vec<specula_engine::StepEvent>);

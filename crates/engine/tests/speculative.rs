@@ -208,3 +208,30 @@ fn a_reply_constrained_to_a_json_schema_is_the_same_speculative_or_plain_and_mat
         assert_eq!(ids(&spec), ids(&plain), "prompt lookup: {} vs {}", spec.text, plain.text);
     }
 }
+
+/// A chat with a long system note: a few hundred tokens, past what the prompt cache keeps.
+fn noted_chat(pair: &Pair, topic: &str, question: &str) -> Vec<u32> {
+    let notes: String =
+        (1..=24).map(|i| format!("Note {i} on {topic}: step {i} checks the input and logs it.\n")).collect();
+    pair.target.chat_prompt(&[Message::system(notes), Message::user(question)], &[]).unwrap()
+}
+
+#[test]
+fn chats_taken_in_turn_resume_from_the_prompt_cache_and_reply_as_cold_ones_do() {
+    let mut pair = pair();
+    pair.target.model.set_prompt_cache(512 << 20);
+    pair.draft.set_prompt_cache(128 << 20);
+    let options =
+        GenerateOptions { max_tokens: 12, sampling: SamplingParams::greedy(), stop: vec![], ..Default::default() };
+    let a = noted_chat(&pair, "parsing", "Summarise the notes in one line.");
+    let b = noted_chat(&pair, "storage", "Which note mentions step 7?");
+    assert!(a.len() > 256 && b.len() > 256, "{} {}", a.len(), b.len());
+    let k = KSetting::Fixed(4);
+    let cold = [speculate(&mut pair, &a, &options, k), speculate(&mut pair, &b, &options, k)];
+    for (turn, (prompt, first)) in [(&a, &cold[0]), (&b, &cold[1]), (&a, &cold[0])].into_iter().enumerate() {
+        let warm = speculate(&mut pair, prompt, &options, k);
+        assert_eq!(ids(&warm), ids(first), "turn {turn}: a resumed chat replies as a cold one");
+        let cached = warm.stats.cached_prompt_tokens;
+        assert!(cached + 2 >= prompt.len(), "turn {turn}: only {cached} of {} prompt tokens resumed", prompt.len());
+    }
+}

@@ -1,7 +1,7 @@
 //! A model with the ids its KV cache holds: what lets a chat reuse its earlier turns and a
 //! speculative step roll back what the target rejected.
 
-use super::{Flow, Progress, PREFILL_CHUNK};
+use super::{Flow, Progress, PromptCache, PREFILL_CHUNK};
 use crate::error::{Error, Result};
 use crate::models::CausalLm;
 use crate::tokenizer::common_prefix;
@@ -11,11 +11,22 @@ use crate::tokenizer::common_prefix;
 pub struct CachedModel {
     model: Box<dyn CausalLm>,
     ids: Vec<u32>,
+    /// Sequences it held before, to resume from (off until given a budget).
+    prompts: PromptCache,
 }
 
 impl CachedModel {
     pub fn new(model: Box<dyn CausalLm>) -> Self {
-        Self { model, ids: Vec::new() }
+        Self { model, ids: Vec::new(), prompts: PromptCache::new(0) }
+    }
+
+    /// Keep up to `bytes` of earlier sequences' caches to resume from (0: none).
+    pub fn set_prompt_cache(&mut self, bytes: usize) {
+        self.prompts.set_budget(bytes);
+    }
+
+    pub fn prompt_cache(&self) -> &PromptCache {
+        &self.prompts
     }
 
     pub fn model(&self) -> &dyn CausalLm {
@@ -68,7 +79,7 @@ impl CachedModel {
     /// to go on. `None` when it was told to stop; the cache then holds the chunks fed so far
     /// (a later prompt with the same start reuses them).
     pub fn prefill_with(&mut self, context: &[u32], progress: Progress) -> Result<Option<usize>> {
-        let keep = common_prefix(&self.ids, context);
+        let keep = self.resume(context)?;
         self.truncate(keep);
         let total = context.len() - keep;
         for chunk in context[keep..].chunks(PREFILL_CHUNK) {
@@ -79,6 +90,30 @@ impl CachedModel {
             }
         }
         Ok(Some(total))
+    }
+
+    /// Before the cache turns to `context`: keep what it would lose (another chat's sequence)
+    /// and take up the saved sequence that shares the most of `context`, when that is more
+    /// than the cache holds now. The tokens of `context` then cached.
+    fn resume(&mut self, context: &[u32]) -> Result<usize> {
+        let here = common_prefix(&self.ids, context);
+        if here < self.ids.len() && self.prompts.wants(&self.ids) {
+            if let Some(state) = self.model.save()? {
+                self.prompts.keep(self.ids.clone(), state);
+            }
+        }
+        if let Some((ids, state)) = self.prompts.best(context, here) {
+            let ids = ids.to_vec();
+            match self.model.restore(state) {
+                Ok(()) => self.ids = ids,
+                // Never trusted half-restored: the cache starts empty, and the prompt is read.
+                Err(e) => {
+                    tracing::warn!("a saved prompt could not be restored: {e}");
+                    self.truncate(0);
+                }
+            }
+        }
+        Ok(common_prefix(&self.ids, context))
     }
 
     /// Feed `tokens` and return the logits of every one of them, `[n][vocab]`.

@@ -3,6 +3,7 @@
 
 mod cached;
 mod plain;
+pub mod prompt_cache;
 pub(crate) mod reply;
 mod sink;
 
@@ -10,6 +11,7 @@ pub use crate::models::PREFILL_CHUNK;
 pub use crate::tokenizer::common_prefix;
 pub use cached::{check_context, CachedModel};
 pub use plain::{generate_plain, PLAIN_STEP_EVERY};
+pub use prompt_cache::PromptCache;
 pub(crate) use reply::{ms, prefill_prompt, start, Reply};
 pub use sink::{Flow, NullSink, Progress, TokenSink};
 pub use specula_protocol::events::{

@@ -2,8 +2,8 @@
 //! decoding loops build their replies with it.
 
 use super::{
-    check_context, common_prefix, Alternative, CachedModel, FinishReason, Flow, GenerateOptions, Generation,
-    GenerationStats, Source, StepEvent, TokenEvent, TokenSink,
+    check_context, Alternative, CachedModel, FinishReason, Flow, GenerateOptions, Generation, GenerationStats, Source,
+    StepEvent, TokenEvent, TokenSink,
 };
 use crate::error::Result;
 use crate::stop::StopStrings;
@@ -141,7 +141,8 @@ pub(crate) fn prefill_prompt(
     prompt: &[u32],
     sink: &mut dyn TokenSink,
 ) -> Result<Option<usize>> {
-    let reused = common_prefix(target.cached_ids(), prompt).min(prompt.len() - 1);
-    let fed = target.prefill_with(&prompt[..prompt.len() - 1], &mut |done, total| sink.on_prefill(done, total))?;
-    Ok(fed.map(|_| reused))
+    let context = &prompt[..prompt.len() - 1];
+    let fed = target.prefill_with(context, &mut |done, total| sink.on_prefill(done, total))?;
+    // What was not fed was cached: by the turn before, or a chat resumed from the prompt cache.
+    Ok(fed.map(|fed| context.len() - fed))
 }

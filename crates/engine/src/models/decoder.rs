@@ -8,10 +8,10 @@
 //! Unlike candle-transformers' quantized models, `forward` scores every new position and the
 //! KV cache rolls back, which is what speculative verification needs.
 
-use super::{CausalLm, WeightSource, PREFILL_CHUNK};
+use super::{CausalLm, SavedState, WeightSource, PREFILL_CHUNK};
 use crate::attention::causal_attention;
 use crate::error::{Error, Result};
-use crate::kv_cache::KvCache;
+use crate::kv_cache::{KvCache, KvSnapshot};
 use crate::quant::QLinear;
 use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Device, Tensor};
@@ -406,6 +406,18 @@ impl PrunedHead {
         Ok(())
     }
 
+    /// Score the conversation's tokens of `saved` (and no others of it) from now on.
+    fn restore(&mut self, saved: &SavedConversation) {
+        for &(id, _) in &self.conversation {
+            self.scored[id as usize] = false;
+        }
+        for &(id, _) in &saved.tokens {
+            self.scored[id as usize] = true;
+        }
+        self.conversation = saved.tokens.clone();
+        self.conversation_rows = saved.rows.clone();
+    }
+
     /// Forget the conversation's tokens first fed at `len` or later.
     fn truncate(&mut self, len: usize) {
         let keep = self.conversation.partition_point(|&(_, at)| at < len);
@@ -439,6 +451,19 @@ impl PrunedHead {
     }
 }
 
+/// The pruned head's conversation tokens, as saved with the cache (its rows are never
+/// written in place, so sharing them is a copy).
+struct SavedConversation {
+    tokens: Vec<(u32, usize)>,
+    rows: Option<Tensor>,
+}
+
+/// What a [`Decoder`] saves: every layer's live positions and the pruned head's conversation.
+struct DecoderState {
+    layers: Vec<KvSnapshot>,
+    conversation: Option<SavedConversation>,
+}
+
 impl CausalLm for Decoder {
     fn forward(&mut self, tokens: &[u32]) -> Result<Tensor> {
         self.forward_or_rollback(tokens, true)
@@ -457,6 +482,30 @@ impl CausalLm for Decoder {
 
     fn len(&self) -> usize {
         self.caches.first().map_or(0, KvCache::len)
+    }
+
+    fn save(&self) -> Result<Option<SavedState>> {
+        let layers = self.caches.iter().map(KvCache::save).collect::<Result<Vec<_>>>()?;
+        let bytes = layers.iter().map(KvSnapshot::bytes).sum();
+        let conversation = self
+            .pruned
+            .as_ref()
+            .map(|p| SavedConversation { tokens: p.conversation.clone(), rows: p.conversation_rows.clone() });
+        Ok(Some(SavedState::new(self.len(), bytes, DecoderState { layers, conversation })))
+    }
+
+    fn restore(&mut self, state: &SavedState) -> Result<()> {
+        let saved = state.get::<DecoderState>().filter(|s| s.layers.len() == self.caches.len());
+        let Some(saved) = saved else {
+            return Err(Error::InvalidSetting("a saved state of another model".into()));
+        };
+        for (cache, layer) in self.caches.iter_mut().zip(&saved.layers) {
+            cache.restore(layer)?;
+        }
+        if let (Some(pruned), Some(conversation)) = (&mut self.pruned, &saved.conversation) {
+            pruned.restore(conversation);
+        }
+        Ok(())
     }
 
     fn capacity(&self) -> usize {

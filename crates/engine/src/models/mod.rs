@@ -46,6 +46,35 @@ pub trait CausalLm: Send {
     fn restrict_output(&mut self, _ids: Option<&[u32]>) -> Result<bool> {
         Ok(false)
     }
+    /// Copy out what the tokens fed so far left in the model (its cache's live positions), so
+    /// that another sequence can run and this one resume later; `None` when it cannot.
+    fn save(&self) -> Result<Option<SavedState>> {
+        Ok(None)
+    }
+    /// Hold exactly what `state`, saved by this model, held.
+    fn restore(&mut self, _state: &SavedState) -> Result<()> {
+        Err(Error::InvalidSetting("this model cannot restore a saved state".into()))
+    }
+}
+
+/// What a model's [`CausalLm::save`] copied out: its own type inside, and its size.
+pub struct SavedState {
+    /// Positions it holds.
+    pub len: usize,
+    /// Host memory it takes.
+    pub bytes: usize,
+    inner: Box<dyn std::any::Any + Send + Sync>,
+}
+
+impl SavedState {
+    pub fn new<T: std::any::Any + Send + Sync>(len: usize, bytes: usize, inner: T) -> Self {
+        Self { len, bytes, inner: Box::new(inner) }
+    }
+
+    /// The model's own state, when this is one of its kind.
+    pub fn get<T: std::any::Any>(&self) -> Option<&T> {
+        self.inner.downcast_ref()
+    }
 }
 
 /// Where a model's tensors come from: a GGUF file, or a map built in a test.

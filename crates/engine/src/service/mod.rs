@@ -54,6 +54,9 @@ pub struct ServiceConfig {
     /// copies in later replies. For one user's own engine (the app); a server that answers
     /// several users keeps it off, so that no reply is drafted from another user's text.
     pub remember_chats: bool,
+    /// Memory for earlier prompts' caches, to resume a chat gone back to without reading it
+    /// again (`Session::set_prompt_cache`); `None`: `default_prompt_cache_bytes()` at load.
+    pub prompt_cache_bytes: Option<usize>,
 }
 
 impl Default for ServiceConfig {
@@ -64,6 +67,7 @@ impl Default for ServiceConfig {
             default_drafter: None,
             event_buffer: 64,
             remember_chats: false,
+            prompt_cache_bytes: None,
         }
     }
 }

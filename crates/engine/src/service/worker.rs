@@ -61,8 +61,9 @@ fn remember_text(session: &mut Session, text: &str) {
 
 impl Worker {
     pub fn new(session: Option<Session>, shared: Arc<Shared>) -> Self {
-        let loaded = session.map(|session| {
+        let loaded = session.map(|mut session| {
             let device = session.target.model.model().device();
+            session.set_prompt_cache(prompt_cache_bytes(&shared.config));
             Loaded { session, spec: None, device }
         });
         let worker = Self { loaded, shared, remembered: Remembered::default() };
@@ -146,6 +147,7 @@ impl Worker {
             let device = device::select(&spec.device)?;
             tracing::info!("loading target {}", spec.target.display());
             let mut session = Session::load(&spec.target, &device, spec.context)?;
+            session.set_prompt_cache(prompt_cache_bytes(&self.shared.config));
             self.remembered.fill(&mut session);
             let spec = LoadSpec { draft: None, draft_vocab: None, ..spec.clone() };
             self.loaded = Some(Loaded { session, spec: Some(spec), device });
@@ -285,6 +287,11 @@ fn reply(session: &mut Session, request: &Request, decoding: Decoding, sink: &mu
 fn decoding_of(request: &Request, config: &ServiceConfig, session: &Session) -> Result<Decoding> {
     let asked = request.drafter.or(config.default_drafter).unwrap_or_else(|| session.default_drafter());
     Ok(Decoding { drafter: session.resolve(asked)?, k: request.k.unwrap_or(config.default_k) })
+}
+
+/// The configured prompt cache, or the default for the memory free now (the models loaded).
+fn prompt_cache_bytes(config: &ServiceConfig) -> usize {
+    config.prompt_cache_bytes.unwrap_or_else(crate::session::default_prompt_cache_bytes)
 }
 
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {

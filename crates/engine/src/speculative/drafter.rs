@@ -123,6 +123,11 @@ impl DraftModel {
         Self { model }
     }
 
+    /// Keep up to `bytes` of earlier prompts' caches ([`CachedModel::set_prompt_cache`]).
+    pub fn set_prompt_cache(&mut self, bytes: usize) {
+        self.model.set_prompt_cache(bytes);
+    }
+
     pub fn into_inner(self) -> CachedModel {
         self.model
     }

@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Chats taken in turn: time to the first token when a server goes back to a chat it served
+before, `specula serve` beside llama.cpp's llama-server in one run: bench/context.json.
+
+Two chats, each opening with a system note of about 1,400 words, are asked in turn A, B, A,
+B, A, B (each turn adds the reply before it and a new question, as a chat does), greedy,
+16 tokens a reply, the real Qwen2.5-Coder pair with its draft on both servers. Turns 1 and 2
+read their notes cold; from turn 3 on a server that kept the other chat's cache resumes it.
+Recorded per turn: the prompt's length (the server's usage) and the time from the request to
+the first streamed text, at a Python client on this machine.
+
+    scripts/bench-context.py [--cli target/release/specula] [--llama-server PATH] [--rounds 3]
+                             [--out bench/context.json]
+"""
+
+import argparse
+import http.client
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+spec = importlib.util.spec_from_file_location("bench_app", ROOT / "scripts/bench-app.py")
+bench_app = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench_app)
+
+TARGET, DRAFT = bench_app.MODELS / bench_app.TARGET, bench_app.MODELS / bench_app.DRAFT
+CONTEXT = 8192
+WORDS = ("parser token buffer cache request reply module handler queue index record field value "
+         "schema limit thread socket stream window layout column page draft model target step").split()
+
+
+def note(topic: str, words: int = 1400) -> str:
+    """A system note of `words` words about `topic`: varied enough to tokenise like prose."""
+    out, i = [], 0
+    while len(out) < words:
+        a, b, c = WORDS[i % len(WORDS)], WORDS[(i * 7 + 3) % len(WORDS)], WORDS[(i * 11 + 5) % len(WORDS)]
+        out += f"Note {i} on {topic}: the {a} checks each {b} before the {c} is written.".split()
+        i += 1
+    return " ".join(out[:words])
+
+
+def start(engine: str, cli: str, llama: str, port: int) -> subprocess.Popen:
+    threads = str(len(os.sched_getaffinity(0)))
+    if engine == "llama.cpp":
+        command = [llama, "-m", str(TARGET), "-md", str(DRAFT), "--spec-type", "draft-simple", "--port", str(port),
+                   "-c", str(CONTEXT), "-t", threads]
+    else:
+        command = [cli, "serve", "--model", str(TARGET), "--draft", str(DRAFT), "--port", str(port), "--ctx", str(CONTEXT)]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(600):
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            connection.request("GET", "/health")
+            if connection.getresponse().status == 200:
+                return server
+        except OSError:
+            pass
+        time.sleep(0.5)
+    server.kill()
+    raise SystemExit(f"{engine} did not come up on port {port}")
+
+
+def ask(port: int, messages: list) -> dict:
+    """One streamed reply: its text, its time to the first text, and its prompt's length."""
+    body = json.dumps({"model": TARGET.stem, "messages": messages, "stream": True, "max_tokens": 16, "temperature": 0,
+                       "stream_options": {"include_usage": True}})
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    sent = time.perf_counter()
+    connection.request("POST", "/v1/chat/completions", body, {"content-type": "application/json"})
+    response = connection.getresponse()
+    text, first, prompt = "", None, None
+    for line in response:
+        line = line.decode().strip()
+        if not line.startswith("data:") or line == "data: [DONE]":
+            continue
+        chunk = json.loads(line[5:])
+        delta = (chunk.get("choices") or [{}])[0].get("delta", {}).get("content") or ""
+        if delta and first is None:
+            first = time.perf_counter() - sent
+        text += delta
+        if chunk.get("usage"):
+            prompt = chunk["usage"]["prompt_tokens"]
+    return {"ttft_s": round(first or 0.0, 3), "prompt_tokens": prompt, "text": text}
+
+
+def chats_in_turn(port: int, rounds: int) -> list:
+    chats = {name: [{"role": "system", "content": note(topic)}] for name, topic in (("A", "parsing"), ("B", "storage"))}
+    turns = []
+    for turn in range(rounds * 2):
+        name = "AB"[turn % 2]
+        messages = chats[name]
+        messages.append({"role": "user", "content": f"Question {turn // 2 + 1}: which note mentions step {turn + 3}?"})
+        reply = ask(port, messages)
+        messages.append({"role": "assistant", "content": reply.pop("text")})
+        turns.append({"turn": turn + 1, "chat": name, **reply})
+        print(f"  turn {turn + 1} ({name}): {reply['prompt_tokens']} prompt tokens, first token {reply['ttft_s']} s",
+              file=sys.stderr)
+    return turns
+
+
+def summary(turns: list) -> dict:
+    cold = [t["ttft_s"] for t in turns[:2]]
+    warm = [t["ttft_s"] for t in turns[2:]]
+    median = lambda xs: sorted(xs)[len(xs) // 2] if xs else None
+    return {"cold_ttft_s": median(cold), "warm_ttft_s": median(warm),
+            "warm_over_cold": round(median(warm) / median(cold), 3) if cold and warm and median(cold) else None}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cli", default=str(ROOT / "target/release/specula"))
+    parser.add_argument("--llama-server", help="default: the one scripts/llama-cpp.sh --server builds for this CPU")
+    parser.add_argument("--no-llama", action="store_true", help="measure specula serve alone")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", default=str(ROOT / "bench/context.json"))
+    args = parser.parse_args()
+    engines = ["specula"] if args.no_llama else ["specula", "llama.cpp"]
+    if "llama.cpp" in engines and not args.llama_server:
+        built = subprocess.run([str(ROOT / "scripts/llama-cpp.sh"), "--server"], capture_output=True, text=True, check=True)
+        args.llama_server = str(Path(built.stdout.strip()) / "llama-server")
+    result = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "cpu": bench_app.cpu_record(),
+              "words_per_note": 1400, "context": CONTEXT, "max_tokens": 16, "engines": {}}
+    for engine in engines:
+        port = bench_app.free_port_pair()
+        print(f"{engine}:", file=sys.stderr)
+        server = start(engine, args.cli, args.llama_server, port)
+        try:
+            turns = chats_in_turn(port, args.rounds)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+        result["engines"][engine] = {"turns": turns, **summary(turns)}
+    if "llama.cpp" in engines:
+        info = Path(args.llama_server).parent / "build-info.json"
+        if info.exists():
+            result["llama_cpp"] = json.loads(info.read_text())
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({e: {k: v for k, v in r.items() if k != "turns"} for e, r in result["engines"].items()}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
