@@ -52,26 +52,24 @@ const INLINE_IMAGE = /^data:image\/(?:png|gif|jpeg|webp|avif);base64,[a-z0-9+/=\
  *  `error`, `note`) or be found by the app's own `.class` lookups. */
 const HLJS_CLASS = /^(?:hljs(?:-[a-z0-9_-]+)?|[a-z]+_+)$/i;
 
-let hooked = false;
+// Links open outside the window; sources and classes are checked as above. Added once, when
+// the module loads, for every sanitize call.
+DOMPurify.addHook('afterSanitizeAttributes', (node) => {
+  if (node.tagName === 'A') {
+    node.setAttribute('target', '_blank');
+    node.setAttribute('rel', 'noopener noreferrer');
+  }
+  const src = node.getAttribute('src');
+  if (src !== null && !(node.tagName === 'IMG' && INLINE_IMAGE.test(src))) node.removeAttribute('src');
+  const cls = node.getAttribute('class');
+  if (cls !== null) {
+    const kept = cls.split(/\s+/).filter((c) => HLJS_CLASS.test(c));
+    if (kept.length) node.setAttribute('class', kept.join(' '));
+    else node.removeAttribute('class');
+  }
+});
 
 function purify(html: string): string {
-  if (!hooked) {
-    DOMPurify.addHook('afterSanitizeAttributes', (node) => {
-      if (node.tagName === 'A') {
-        node.setAttribute('target', '_blank');
-        node.setAttribute('rel', 'noopener noreferrer');
-      }
-      const src = node.getAttribute('src');
-      if (src !== null && !(node.tagName === 'IMG' && INLINE_IMAGE.test(src))) node.removeAttribute('src');
-      const cls = node.getAttribute('class');
-      if (cls !== null) {
-        const kept = cls.split(/\s+/).filter((c) => HLJS_CLASS.test(c));
-        if (kept.length) node.setAttribute('class', kept.join(' '));
-        else node.removeAttribute('class');
-      }
-    });
-    hooked = true;
-  }
   return DOMPurify.sanitize(html, PURIFY) as string;
 }
 

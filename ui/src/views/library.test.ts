@@ -1,19 +1,17 @@
 import { describe, expect, it } from 'vitest';
-import type { CatalogueEntry, ConnectionCheck, Library, ModelEntry, PullEvent, PullHandle } from './api/types';
+import type { CatalogueEntry, ConnectionCheck, Library, ModelEntry, PullEvent, PullHandle } from '../api/types';
+import { Downloads, progressText } from './downloads';
 import {
   addModelByPath,
   checkText,
   connectRemote,
-  parseRemote,
-  progressText,
-  remoteValue,
+  LibraryDialog,
   renderCatalogue,
   renderConnections,
   renderRecommended,
-  wireLibraryDialog,
 } from './library';
-import { renderMarkdown } from './render/markdown';
-import indexHtml from '../index.html?raw';
+import { renderMarkdown } from '../render/markdown';
+import indexHtml from '../../index.html?raw';
 
 /** A library with no remote engines, for the tests of everything else. */
 const noRemotes: Pick<Library, 'connections' | 'addConnection' | 'checkConnection' | 'removeConnection'> = {
@@ -69,8 +67,10 @@ const progress = { kind: 'progress', done: 49.2e6, total: 98.4e6, bytes_per_seco
 describe('the catalogue', () => {
   it('keeps a download on screen when the dialog is reopened, and cancels it from the new row', async () => {
     const { library, state } = fakeLibrary();
+    // The dialog's downloads, kept while its rows are rebuilt.
+    const downloads = new Downloads(library);
     const first = document.createElement('ul');
-    await renderCatalogue(library, first, () => {});
+    await renderCatalogue(library, downloads, first, () => {});
     row(first).querySelector('button')!.click();
     state.release();
     await Promise.resolve();
@@ -78,7 +78,7 @@ describe('the catalogue', () => {
 
     // The dialog closes and opens again: its rows are rebuilt.
     const second = document.createElement('ul');
-    await renderCatalogue(library, second, () => {});
+    await renderCatalogue(library, downloads, second, () => {});
     expect(row(second).dataset.state).toBe('pulling');
     expect(row(second).querySelector('.status')!.textContent).toBe('49.2 / 98.4 MB · 30.0 MB/s · 2 s left');
     expect(row(second).querySelector('button')!.textContent).toBe('Cancel');
@@ -95,7 +95,7 @@ describe('the catalogue', () => {
   it('a cancel asked before the backend answers still cancels, and never starts a second download', async () => {
     const { library, state } = fakeLibrary();
     const list = document.createElement('ul');
-    await renderCatalogue(library, list, () => {});
+    await renderCatalogue(library, new Downloads(library), list, () => {});
     const button = row(list).querySelector('button')!;
     button.click();
     button.click();
@@ -111,7 +111,7 @@ describe('the catalogue', () => {
   it('shows a failed download as an error with its message', async () => {
     const { library, state } = fakeLibrary();
     const list = document.createElement('ul');
-    await renderCatalogue(library, list, () => {});
+    await renderCatalogue(library, new Downloads(library), list, () => {});
     row(list).querySelector('button')!.click();
     state.emit({ kind: 'error', code: 'checksum', message: 'sha256 mismatch' });
     expect(row(list).dataset.state).toBe('error');
@@ -156,7 +156,7 @@ describe('the recommended pair', () => {
     const box = recommendedBox();
     let ready = () => {};
     const done = new Promise<void>((r) => (ready = r));
-    await renderRecommended(library, box, async (target, draft) => {
+    await renderRecommended(library, new Downloads(library), box, async (target, draft) => {
       used.push([target, draft]);
       ready();
     });
@@ -184,7 +184,7 @@ describe('the recommended pair', () => {
       },
     };
     const box = recommendedBox();
-    await renderRecommended(library, box, async () => {
+    await renderRecommended(library, new Downloads(library), box, async () => {
       throw new Error('must not be used');
     });
     box.querySelector('button')!.click();
@@ -210,12 +210,12 @@ describe('the recommended pair', () => {
       },
     };
     const box = recommendedBox();
-    await renderRecommended(library, box, async (t, d) => void used.push([t, d]));
+    await renderRecommended(library, new Downloads(library), box, async (t, d) => void used.push([t, d]));
     expect(box.querySelector('button')!.textContent).toBe('Use this pair');
     box.querySelector('button')!.click();
     await new Promise((r) => setTimeout(r, 10));
     expect(used).toEqual([['/m/big.gguf', '/m/small.gguf']]);
-    await renderRecommended({ ...library, recommended: async () => null }, box, async () => {});
+    await renderRecommended({ ...library, recommended: async () => null }, new Downloads(library), box, async () => {});
     expect(box.hidden).toBe(true);
   });
 });
@@ -279,13 +279,6 @@ describe('remote engines', () => {
     expect(checkText({ ...ok, error: { code: 'unauthorized', message: 'the remote refused the API key (401)' } })).toBe(
       'the remote refused the API key (401)',
     );
-  });
-
-  it('a remote model survives the target picker, odd characters and all, and a local path is not one', () => {
-    const target = { base_url: 'http://h:1/v1', model: 'org/model "q4"|x' };
-    expect(parseRemote(remoteValue(target))).toEqual(target);
-    expect(parseRemote('/models/qwen.gguf')).toBeNull();
-    expect(parseRemote('remote:{not json')).toBeNull();
   });
 
   it('connecting says what the remote is, or why it is not kept', async () => {
@@ -379,7 +372,7 @@ describe('the library dialog beside a hostile reply', () => {
     };
     const models = [{ path: '/m/a.gguf', name: 'A', quantization: 'Q4_0' }] as ModelEntry[];
     let connections = [connection];
-    const open = wireLibraryDialog(dialog, library, {
+    const view = new LibraryDialog(dialog, library, {
       models: async () => models,
       currentTarget: () => '/m/a.gguf',
       usePair: async () => {},
@@ -388,7 +381,7 @@ describe('the library dialog beside a hostile reply', () => {
       },
     });
     const before = raw.innerHTML;
-    await open();
+    await view.open();
     expect(dialog.open).toBe(true);
     const own = dialog.querySelector('#connections')!;
     expect([...own.querySelectorAll('li.connection')].map((li) => (li as HTMLElement).dataset.url)).toEqual(['http://gpu:8080/v1']);

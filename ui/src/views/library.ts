@@ -9,76 +9,19 @@ import type {
   Library,
   ModelEntry,
   PullEvent,
-  PullHandle,
   RecommendedPair,
   RemoteKind,
-  RemoteTarget,
-} from './api/types';
-import { asErrorCode, toBackendError } from './api/types';
-import { remoteModelName } from './api/label';
-
-const mb = (bytes: number) => (bytes / 1e6).toFixed(1);
-
-/** "12.0 / 98.4 MB · 25.3 MB/s · 3 s left" */
-export function progressText(e: Extract<PullEvent, { kind: 'progress' }>): string {
-  const eta = e.eta_seconds == null ? '' : ` · ${Math.ceil(e.eta_seconds)} s left`;
-  return `${mb(e.done)} / ${mb(e.total)} MB · ${mb(e.bytes_per_second)} MB/s${eta}`;
-}
-
-/** A download in flight. It outlives the dialog's rows, which are rebuilt each time the dialog
- *  opens: the new row takes over `show`, so reopening shows the same progress and can cancel. */
-interface Download {
-  handle?: PullHandle;
-  /** Cancel was asked before the backend handed back its handle. */
-  cancelled?: boolean;
-  last?: PullEvent;
-  show: (event: PullEvent) => void;
-}
-
-const downloads = new Map<string, Download>();
-
-function startDownload(library: Library, entry: CatalogueEntry, show: (event: PullEvent) => void): void {
-  const download: Download = { show };
-  downloads.set(entry.file, download);
-  const onEvent = (event: PullEvent) => {
-    download.last = event;
-    if (event.kind !== 'progress') downloads.delete(entry.file);
-    download.show(event);
-  };
-  library.pull(entry.repo, entry.file, onEvent).then(
-    (handle) => {
-      download.handle = handle;
-      if (download.cancelled) void handle.cancel();
-    },
-    (e) => {
-      const { code, message } = toBackendError(e);
-      onEvent({ kind: 'error', code: asErrorCode(code), message });
-    },
-  );
-}
-
-function cancelDownload(download: Download): void {
-  download.cancelled = true;
-  void download.handle?.cancel();
-}
-
-/** Download `entry` to the end, through the same download the catalogue's row shows: resolves
- *  with its path (at once when it is already in the library), rejects with the backend's error. */
-export function pullToEnd(library: Library, entry: CatalogueEntry, onProgress: (event: PullEvent) => void): Promise<string> {
-  if (entry.path) return Promise.resolve(entry.path);
-  return new Promise((resolve, reject) => {
-    startDownload(library, entry, (event) => {
-      if (event.kind === 'progress') onProgress(event);
-      else if (event.kind === 'done') resolve(event.path);
-      else reject(event);
-    });
-  });
-}
+} from '../api/types';
+import { toBackendError } from '../api/types';
+import { remoteModelName } from '../api/label';
+import { $in } from './dom';
+import { Downloads, progressText } from './downloads';
 
 /** The first run's offer: the pair recommended for this machine and one button that downloads
  *  both (the target, then the draft, with progress) and hands their paths to `use`. */
 export async function renderRecommended(
   library: Library,
+  downloads: Downloads,
   box: HTMLElement,
   use: (target: string, draft: string) => Promise<void>,
 ): Promise<void> {
@@ -101,7 +44,7 @@ export async function renderRecommended(
     button.disabled = true;
     box.dataset.state = 'pulling';
     bar.hidden = false;
-    void downloadPair(library, pair, bar, status)
+    void downloadPair(downloads, pair, bar, status)
       .then(async ([target, draft]) => {
         status.textContent = 'loading the models…';
         await use(target, draft);
@@ -125,7 +68,7 @@ export function pairText(pair: RecommendedPair, local: boolean): string {
 }
 
 async function downloadPair(
-  library: Library,
+  downloads: Downloads,
   pair: RecommendedPair,
   bar: HTMLProgressElement,
   status: HTMLElement,
@@ -135,7 +78,7 @@ async function downloadPair(
     status.textContent = `${i + 1} of 2: ${entry.name}, starting…`;
     bar.removeAttribute('value');
     paths.push(
-      await pullToEnd(library, entry, (event) => {
+      await downloads.toEnd(entry, (event) => {
         if (event.kind !== 'progress') return;
         bar.max = event.total;
         bar.value = event.done;
@@ -146,18 +89,17 @@ async function downloadPair(
   return [paths[0], paths[1]];
 }
 
-function $in<T extends HTMLElement = HTMLElement>(root: HTMLElement, selector: string): T {
-  const el = root.querySelector<T>(selector);
-  if (!el) throw new Error(`missing ${selector}`);
-  return el;
-}
-
-export async function renderCatalogue(library: Library, list: HTMLElement, onPulled: () => void): Promise<void> {
+export async function renderCatalogue(
+  library: Library,
+  downloads: Downloads,
+  list: HTMLElement,
+  onPulled: () => void,
+): Promise<void> {
   const entries = await library.catalogue();
-  list.replaceChildren(...entries.map((entry) => catalogueRow(library, entry, onPulled)));
+  list.replaceChildren(...entries.map((entry) => catalogueRow(downloads, entry, onPulled)));
 }
 
-function catalogueRow(library: Library, entry: CatalogueEntry, onPulled: () => void): HTMLElement {
+function catalogueRow(downloads: Downloads, entry: CatalogueEntry, onPulled: () => void): HTMLElement {
   const row = document.createElement('li');
   row.className = 'catalogue-entry';
   row.dataset.file = entry.file;
@@ -211,11 +153,11 @@ function catalogueRow(library: Library, entry: CatalogueEntry, onPulled: () => v
   button.addEventListener('click', () => {
     const download = downloads.get(entry.file);
     if (download) {
-      cancelDownload(download);
+      downloads.cancel(download);
       return;
     }
     pulling();
-    startDownload(library, entry, show);
+    downloads.start(entry, show);
   });
   row.append(title, facts, button, bar, status);
   return row;
@@ -259,22 +201,6 @@ export async function runDoctor(library: Library, target: string, draft: string,
 }
 
 // ----- remote engines -----
-
-/** A remote model as a value of the target picker (which also lists local paths). */
-export function remoteValue(target: RemoteTarget): string {
-  return `remote:${JSON.stringify([target.base_url, target.model])}`;
-}
-
-/** The remote target a picker value names, or null for a local path. */
-export function parseRemote(value: string): RemoteTarget | null {
-  if (!value.startsWith('remote:')) return null;
-  try {
-    const [base_url, model] = JSON.parse(value.slice('remote:'.length)) as [string, string];
-    return typeof base_url === 'string' && typeof model === 'string' ? { base_url, model } : null;
-  } catch {
-    return null;
-  }
-}
 
 const ENGINES: Record<RemoteKind, string> = { specula: 'Specula', llama_cpp: 'llama.cpp', open_ai: 'OpenAI-compatible' };
 
@@ -361,58 +287,80 @@ export interface LibraryHost {
   onError(error: unknown): void;
 }
 
-/** Wires the Library dialog and hands back what opens it.
+/** The Library dialog. Its state: the downloads in flight, which outlive the rows that show
+ *  them.
  *
  *  Every part is found here, once, inside `dialog`, and kept: never by a document-wide lookup
  *  when the dialog opens or a form is sent, after replies are on the page. A reply is model
  *  output; were an element of it ever named like a part of the dialog (`<ul id="connections">`,
  *  DOM clobbering), a document-wide `#connections` would find it first and the dialog would
  *  draw into the reply (the sanitiser drops `id`/`name` too: render/markdown.ts). */
-export function wireLibraryDialog(dialog: HTMLDialogElement, library: Library, host: LibraryHost): () => Promise<void> {
-  const part = <T extends HTMLElement = HTMLElement>(selector: string) => $in<T>(dialog, selector);
-  const recommended = part('#recommended');
-  const catalogue = part('#catalogue');
-  const connections = part('#connections');
-  const addModel = part<HTMLFormElement>('#add-model');
-  const modelPath = $in<HTMLInputElement>(addModel, '[name=path]');
-  const addModelStatus = part('#add-model-status');
-  const addConnection = part<HTMLFormElement>('#add-connection');
-  const connectionUrl = $in<HTMLInputElement>(addConnection, '[name=url]');
-  const connectionKey = $in<HTMLInputElement>(addConnection, '[name=key]');
-  const firstToken = $in<HTMLInputElement>(addConnection, '[name=first-token]');
-  const addConnectionStatus = part('#add-connection-status');
-  const doctorTarget = part<HTMLSelectElement>('#doctor-target');
-  const doctorDraft = part<HTMLSelectElement>('#doctor-draft');
-  const doctorRun = part<HTMLButtonElement>('#doctor-run');
-  const doctorReport = part('#doctor-report');
-  const close = part<HTMLButtonElement>('#library-close');
+export class LibraryDialog {
+  private readonly downloads: Downloads;
+  private readonly recommended: HTMLElement;
+  private readonly catalogue: HTMLElement;
+  private readonly connections: HTMLElement;
+  private readonly doctorTarget: HTMLSelectElement;
+  private readonly doctorDraft: HTMLSelectElement;
 
-  const refreshDoctor = async () => fillDoctor(await host.models(), doctorTarget, doctorDraft, host.currentTarget());
-  addModel.addEventListener('submit', (e) => {
-    e.preventDefault();
-    void addModelByPath(library, modelPath.value, addModelStatus).then((model) => {
-      if (model) void refreshDoctor().catch(host.onError);
-    });
-  });
-  addConnection.addEventListener('submit', (e) => {
-    e.preventDefault();
-    const wait = firstToken.valueAsNumber >= 1 ? Math.round(firstToken.valueAsNumber) : null;
-    void connectRemote(library, connectionUrl.value, connectionKey.value, addConnectionStatus, wait).then((added) => {
-      if (!added) return;
-      connectionKey.value = '';
-      void renderConnections(library, connections).catch(host.onError);
-    });
-  });
-  doctorRun.addEventListener('click', () => void runDoctor(library, doctorTarget.value, doctorDraft.value, doctorReport));
-  close.addEventListener('click', () => dialog.close());
+  constructor(
+    private readonly dialog: HTMLDialogElement,
+    private readonly library: Library,
+    private readonly host: LibraryHost,
+  ) {
+    this.downloads = new Downloads(library);
+    const part = <T extends HTMLElement = HTMLElement>(selector: string) => $in<T>(dialog, selector);
+    this.recommended = part('#recommended');
+    this.catalogue = part('#catalogue');
+    this.connections = part('#connections');
+    this.doctorTarget = part<HTMLSelectElement>('#doctor-target');
+    this.doctorDraft = part<HTMLSelectElement>('#doctor-draft');
+    const addModel = part<HTMLFormElement>('#add-model');
+    const modelPath = $in<HTMLInputElement>(addModel, '[name=path]');
+    const addModelStatus = part('#add-model-status');
+    const addConnection = part<HTMLFormElement>('#add-connection');
+    const connectionUrl = $in<HTMLInputElement>(addConnection, '[name=url]');
+    const connectionKey = $in<HTMLInputElement>(addConnection, '[name=key]');
+    const firstToken = $in<HTMLInputElement>(addConnection, '[name=first-token]');
+    const addConnectionStatus = part('#add-connection-status');
+    const doctorRun = part<HTMLButtonElement>('#doctor-run');
+    const doctorReport = part('#doctor-report');
+    const close = part<HTMLButtonElement>('#library-close');
 
-  return async () => {
+    addModel.addEventListener('submit', (e) => {
+      e.preventDefault();
+      void addModelByPath(library, modelPath.value, addModelStatus).then((model) => {
+        if (model) void this.refreshDoctor().catch(host.onError);
+      });
+    });
+    addConnection.addEventListener('submit', (e) => {
+      e.preventDefault();
+      const wait = firstToken.valueAsNumber >= 1 ? Math.round(firstToken.valueAsNumber) : null;
+      void connectRemote(library, connectionUrl.value, connectionKey.value, addConnectionStatus, wait).then((added) => {
+        if (!added) return;
+        connectionKey.value = '';
+        void renderConnections(library, this.connections).catch(host.onError);
+      });
+    });
+    doctorRun.addEventListener('click', () => {
+      void runDoctor(library, this.doctorTarget.value, this.doctorDraft.value, doctorReport);
+    });
+    close.addEventListener('click', () => dialog.close());
+  }
+
+  /** Draw every section afresh and show the dialog. */
+  async open(): Promise<void> {
+    const { library, host } = this;
     await Promise.all([
-      renderRecommended(library, recommended, host.usePair),
-      renderCatalogue(library, catalogue, () => void refreshDoctor().catch(host.onError)),
-      renderConnections(library, connections),
-      refreshDoctor(),
+      renderRecommended(library, this.downloads, this.recommended, host.usePair),
+      renderCatalogue(library, this.downloads, this.catalogue, () => void this.refreshDoctor().catch(host.onError)),
+      renderConnections(library, this.connections),
+      this.refreshDoctor(),
     ]);
-    if (!dialog.open) dialog.showModal();
-  };
+    if (!this.dialog.open) this.dialog.showModal();
+  }
+
+  private async refreshDoctor(): Promise<void> {
+    fillDoctor(await this.host.models(), this.doctorTarget, this.doctorDraft, this.host.currentTarget());
+  }
 }

@@ -1,0 +1,208 @@
+import { beforeEach, describe, expect, it, vi } from 'vitest';
+import type { Backend } from './api/backend';
+import { applyEvent, isLast } from './api/events';
+import { replyLabel } from './api/label';
+import type { ChatMessage, Conversation, EngineStatus, GenerationStats, ModelEntry, ReplyEvent, ReplyHandle, Role, Settings } from './api/types';
+import { DEFAULT_SETTINGS } from './api/types';
+import { Controller } from './controller';
+import { summarize } from './render/speed';
+import { $, loadPage } from './testing/page';
+import indexHtml from '../index.html?raw';
+import { Appearance } from './views/appearance';
+import { NoticeView } from './views/notice';
+import { findPage } from './views/page';
+
+const clone = <T>(value: T): T => JSON.parse(JSON.stringify(value));
+const token = (text: string) => ({ id: 1, text, source: 'accepted' as const, p: 0.9, q: 0.8 });
+const stats: GenerationStats = { prompt_tokens: 5, cached_prompt_tokens: 0, generated_tokens: 2, prefill_ms: 1, decode_ms: 2, tokens_per_second: 9 };
+const step = { k: 4, accepted: 1, generated: 2, tokens_per_second: 9, speedup_vs_plain: null, plain_ms_per_token: null, plain_steps: 0, acceptance_rate: 0.5 };
+
+/** A backend in memory. Each reply sends the events of `script`, a timer tick apart, stored
+ *  as it streams (as both transports do); `hold` stops it before the event at that index until
+ *  `release` is called. */
+class FakeBackend implements Backend {
+  readonly transport = 'http' as const;
+  readonly canChooseTarget = true;
+  readonly chats = new Map<number, Conversation>();
+  saved: Settings = { ...DEFAULT_SETTINGS, target: '/m/t.gguf', draft: '/m/d.gguf', drafter: 'model', k: 4, mode: 'greedy' };
+  script: ReplyEvent[] = [];
+  hold: number | null = null;
+  release = () => {};
+  replies: Settings[] = [];
+  cancels = 0;
+  private next = 1;
+
+  async status(): Promise<EngineStatus> {
+    return { state: 'ready', target: '/m/t.gguf', draft: '/m/d.gguf', device: 'cpu', loading: false };
+  }
+  async models(): Promise<ModelEntry[]> {
+    return [];
+  }
+  applyModels = () => this.status();
+  async settings() {
+    return { ...this.saved };
+  }
+  async saveSettings(settings: Settings) {
+    this.saved = settings;
+  }
+  async conversations(query = '') {
+    return [...this.chats.values()].filter((c) => c.title.includes(query)).map(({ id, title, updated_at }) => ({ id, title, updated_at }));
+  }
+  async conversation(id: number) {
+    const chat = this.chats.get(id);
+    if (!chat) throw { code: 'not_found', message: `No conversation ${id}` };
+    return clone(chat);
+  }
+  async createConversation() {
+    const chat: Conversation = { id: this.next++, title: 'New chat', system_prompt: '', updated_at: 0, messages: [] };
+    this.chats.set(chat.id, chat);
+    return clone(chat);
+  }
+  async renameConversation(id: number, title: string) {
+    this.chats.get(id)!.title = title;
+  }
+  async setSystemPrompt(id: number, text: string) {
+    this.chats.get(id)!.system_prompt = text;
+  }
+  async deleteConversation(id: number) {
+    this.chats.delete(id);
+  }
+  async addMessage(conversationId: number, role: Role, content: string) {
+    const message: ChatMessage = { id: this.next++, role, content };
+    this.chats.get(conversationId)!.messages.push(message);
+    return clone(message);
+  }
+  async truncate(conversationId: number, fromMessageId: number) {
+    const chat = this.chats.get(conversationId)!;
+    chat.messages = chat.messages.filter((m) => m.id < fromMessageId);
+  }
+  async openLink() {}
+
+  async reply(conversationId: number, settings: Settings, onEvent: (event: ReplyEvent) => void): Promise<ReplyHandle> {
+    this.replies.push(settings);
+    const message: ChatMessage = { id: this.next++, role: 'assistant', content: '', tokens: [], settings, settings_label: replyLabel(settings) };
+    this.chats.get(conversationId)!.messages.push(message);
+    const events = [...this.script];
+    let cancelled = false;
+    const done = new Promise<ChatMessage>((resolve) => {
+      let sent = 0;
+      const tick = () => {
+        if (cancelled) {
+          message.finish_reason = 'cancelled';
+          return resolve(clone(message));
+        }
+        if (sent === this.hold) {
+          this.hold = null;
+          this.release = () => setTimeout(tick);
+          return;
+        }
+        const event = events[sent++];
+        applyEvent(message, event);
+        onEvent(event);
+        if (isLast(event)) resolve(clone(message));
+        else setTimeout(tick);
+      };
+      setTimeout(tick);
+    });
+    return { cancel: async () => void ((cancelled = true), (this.cancels += 1)), done };
+  }
+}
+
+async function start(backend: FakeBackend) {
+  const page = findPage(document);
+  const controller = new Controller(backend, page, { notice: new NoticeView(page.notice), appearance: new Appearance(page.appearance, localStorage, false) });
+  await controller.start();
+  return controller;
+}
+
+async function ask(text: string) {
+  const replies = Number(document.body.dataset.replies ?? 0);
+  $<HTMLTextAreaElement>('#prompt').value = text;
+  $('#prompt').dispatchEvent(new KeyboardEvent('keydown', { key: 'Enter', cancelable: true }));
+  return () => vi.waitFor(() => expect(Number(document.body.dataset.replies)).toBe(replies + 1));
+}
+
+const hello: ReplyEvent[] = [
+  { kind: 'started', request_id: 1, prompt_tokens: 5, decoding: { drafter: 'model', k: 4 }, seed: 0 },
+  { kind: 'tokens', tokens: [token('Hel'), token('lo')] },
+  { kind: 'step', step },
+  { kind: 'done', finish_reason: 'end_of_turn', text: 'Hello', stats },
+];
+
+describe('the controller', () => {
+  beforeEach(() => {
+    loadPage(indexHtml);
+    localStorage.clear();
+    delete document.body.dataset.replies;
+  });
+
+  it('sends the prompt, streams the reply from its events, and shows it as stored', async () => {
+    const backend = new FakeBackend();
+    backend.script = hello;
+    backend.hold = 3;
+    await start(backend);
+    expect(document.body.dataset.ready).toBe('true');
+    expect($('#engine-status').textContent).toBe('target t · draft d · k 4 · cpu');
+
+    const ended = await ask('  Say hello ');
+    // While it streams: Stop, and the reply's tokens as they come.
+    await vi.waitFor(() => expect(document.querySelectorAll('#messages .streaming .tok').length).toBe(2));
+    expect([$('#send').hidden, $('#stop').hidden]).toEqual([true, false]);
+    expect($<HTMLTextAreaElement>('#prompt').value).toBe('');
+    backend.release();
+    await ended();
+
+    const [chat] = backend.chats.values();
+    expect(chat.messages.map((m) => [m.role, m.content, m.finish_reason])).toEqual([
+      ['user', 'Say hello', undefined],
+      ['assistant', 'Hello', 'stop'],
+    ]);
+    expect(backend.replies).toEqual([backend.saved]);
+    expect(document.querySelector('#messages .streaming')).toBeNull();
+    expect($('#messages .message.assistant .body').textContent).toBe('Hello');
+    expect($('#messages .message.assistant .reply-summary').textContent).toBe(`${summarize(stats, 4)} · draft model · k 4 · greedy`);
+    expect($('#summary').textContent).toBe(summarize(stats, 4));
+    expect([$('#send').hidden, $('#stop').hidden, $('#speed-panel').hidden]).toEqual([false, true, false]);
+    expect([...document.querySelectorAll<HTMLElement>('#conversation-list li.current')].map((li) => li.dataset.id)).toEqual([String(chat.id)]);
+  });
+
+  it('Stop cancels the reply, which is kept as stopped; Edit resends in its place', async () => {
+    const backend = new FakeBackend();
+    backend.script = hello;
+    backend.hold = 2;
+    await start(backend);
+    const ended = await ask('Say hello');
+    await vi.waitFor(() => expect($('#stop').hidden).toBe(false));
+    $('#stop').click();
+    await vi.waitFor(() => expect(backend.cancels).toBe(1));
+    backend.release();
+    await ended();
+    expect($('#messages .message.assistant .reply-summary').textContent).toMatch(/^stopped/);
+
+    document.querySelector<HTMLButtonElement>('#messages .message.user .edit')!.click();
+    expect([$<HTMLTextAreaElement>('#prompt').value, $('#send').textContent]).toEqual(['Say hello', 'Resend']);
+    const resent = await ask('Say hello again');
+    await resent();
+    const [chat] = backend.chats.values();
+    expect(chat.messages.map((m) => [m.role, m.content])).toEqual([
+      ['user', 'Say hello again'],
+      ['assistant', 'Hello'],
+    ]);
+    expect($('#send').textContent).toBe('Send');
+  });
+
+  it('a reply that fails before its first token gives the question back and says why', async () => {
+    const backend = new FakeBackend();
+    backend.script = [{ kind: 'failed', error: { code: 'context_overflow', message: 'the prompt is longer than the context' } }];
+    await start(backend);
+    const ended = await ask('word word word');
+    await ended();
+    expect($<HTMLTextAreaElement>('#prompt').value).toBe('word word word');
+    expect($('#notice').hidden).toBe(false);
+    expect($('#notice').dataset.code).toBe('context_overflow');
+    expect($('#notice span').textContent).toBe('the prompt is longer than the context');
+    const [chat] = backend.chats.values();
+    expect(chat.messages).toEqual([]);
+    expect(document.querySelectorAll('#messages .message').length).toBe(0);
+  });
+});

@@ -1,0 +1,309 @@
+// The app: it owns the backend and the app's state (the open conversation, the settings in use,
+// the reply that streams) and wires the views to them. The views keep only what they show.
+
+import type { Backend } from './api/backend';
+import type { ChatMessage, Connection, Conversation, EngineStatus, ModelEntry, Settings } from './api/types';
+import { DEFAULT_SETTINGS } from './api/types';
+import { summarize, summarizeRemote } from './render/speed';
+import type { Appearance } from './views/appearance';
+import { ChatView } from './views/chat';
+import { Composer } from './views/composer';
+import { EngineStatusView } from './views/engine-status';
+import { LibraryDialog } from './views/library';
+import type { NoticeView } from './views/notice';
+import type { Page } from './views/page';
+import { LiveReply } from './views/reply';
+import { SettingsDialog } from './views/settings';
+import { Sidebar } from './views/sidebar';
+import { SpeedPanel } from './views/speed-panel';
+import { SystemPromptDialog } from './views/system-prompt';
+
+/** The views made before the backend answered: a failure to connect is said in the notice, and
+ *  the theme is applied before anything else is drawn. */
+export interface EarlyViews {
+  notice: NoticeView;
+  appearance: Appearance;
+}
+
+export class Controller {
+  /** The engine's defaults until the backend says its own. */
+  private settings: Settings = { ...DEFAULT_SETTINGS };
+  /** The open conversation; none for a new chat not yet sent. */
+  private conversation: Conversation | null = null;
+  private streaming: LiveReply | null = null;
+
+  private readonly notice: NoticeView;
+  private readonly appearance: Appearance;
+  private readonly sidebar: Sidebar;
+  private readonly engine: EngineStatusView;
+  private readonly chat: ChatView;
+  private readonly speed: SpeedPanel;
+  private readonly composer: Composer;
+  private readonly settingsDialog: SettingsDialog;
+  /** None in a transport without one (the browser UI of `specula serve`). */
+  private readonly library: LibraryDialog | null = null;
+
+  private readonly showError = (error: unknown) => this.notice.show(error);
+
+  constructor(
+    private readonly backend: Backend,
+    private readonly page: Page,
+    early: EarlyViews,
+  ) {
+    const onError = this.showError;
+    this.notice = early.notice;
+    // A kept notice (a history moved aside) is said at every start until dismissed.
+    this.notice.onDismiss = () => void backend.dismissNotices?.().catch(() => {});
+    this.appearance = early.appearance;
+    this.appearance.listen((on) => {
+      if (this.streaming) this.streaming.setColours(on);
+      else this.chat.show(this.conversation);
+    });
+    this.sidebar = new Sidebar(page.sidebar, {
+      conversations: (query) => backend.conversations(query),
+      newChat: () => this.newChat(),
+      open: (id) => this.openConversation(id),
+      rename: (id, title) => this.rename(id, title),
+      remove: (id) => this.remove(id),
+      onError,
+    });
+    this.engine = new EngineStatusView(page.engineStatus);
+    this.chat = new ChatView(page.chat, {
+      colours: () => this.appearance.colours,
+      replying: () => this.streaming !== null,
+      edit: (message) => this.composer.edit(message),
+      regenerate: (id) => this.regenerate(id),
+      openLink: (url) => backend.openLink(url),
+      onError,
+    });
+    this.speed = new SpeedPanel(page.speed);
+    this.composer = new Composer(page.composer, {
+      send: () => void this.send().catch(onError),
+      stop: () => void this.streaming?.cancel().catch(onError),
+    });
+    this.settingsDialog = new SettingsDialog(page.settings, {
+      canChooseTarget: backend.canChooseTarget,
+      apiKey: backend.apiKey?.bind(backend),
+      setApiKey: backend.setApiKey?.bind(backend),
+      current: () => this.settings,
+      models: (target) => this.loadModels(target),
+      connections: () => this.loadConnections(),
+      save: (next) => this.saveSettings(next),
+    });
+    page.settingsButton.addEventListener('click', () => void this.settingsDialog.open().catch(onError));
+    new SystemPromptDialog(page.systemPrompt, {
+      current: () => this.conversation?.system_prompt ?? '',
+      save: (text) => this.setSystemPrompt(text),
+      refresh: () => this.refreshAll(),
+      onError,
+    });
+    if (backend.library) {
+      const library = new LibraryDialog(page.library, backend.library, {
+        models: () => this.loadModels(this.settings.target),
+        currentTarget: () => this.settings.target,
+        usePair: (target, draft) => this.usePair(target, draft),
+        onError,
+      });
+      this.library = library;
+      page.libraryButton.hidden = false;
+      page.libraryButton.addEventListener('click', () => void library.open().catch(onError));
+    }
+  }
+
+  /** Load the settings, open the latest conversation, say the engine's status and what went
+   *  wrong at start, and offer the library on a first run. */
+  async start(): Promise<void> {
+    const backend = this.backend;
+    // A server that wants a key answers nothing useful before the user gives it: start with the
+    // defaults, say why, and let Settings take the key.
+    this.settings = await backend.settings().catch((e) => {
+      this.showError(e);
+      return { ...DEFAULT_SETTINGS };
+    });
+    const recent = await backend.conversations();
+    if (recent[0]) this.conversation = await backend.conversation(recent[0].id);
+    await this.refreshAll();
+    // A remote target's status is a check of its connection.
+    const status = this.settings.remote ? backend.applyModels(this.settings) : backend.status();
+    await status.then((s) => this.showStatus(s), this.showError);
+    // Said after the status, which may have a notice of its own: this one matters more.
+    const notices = (await backend.startupNotices?.().catch(() => [])) ?? [];
+    if (notices.length) this.showError({ code: notices[0].code, message: notices.map((n) => n.message).join(' ') });
+    // A history that could not be opened at start and opened since: its chats are back.
+    backend.onHistoryRestored?.(() => {
+      this.notice.clear();
+      this.conversation = null;
+      void this.refreshAll().catch(this.showError);
+    });
+    await this.offerFirstRun().catch(this.showError);
+    this.page.body.dataset.ready = 'true';
+  }
+
+  // ----- conversations -----
+
+  private async refreshAll(): Promise<void> {
+    if (this.conversation) this.conversation = await this.backend.conversation(this.conversation.id);
+    this.chat.show(this.conversation);
+    await this.sidebar.refresh(this.conversation?.id ?? null);
+  }
+
+  private newChat(): void {
+    this.conversation = null;
+    this.composer.forgetEdit();
+    this.speed.hide();
+    void this.refreshAll().catch(this.showError);
+    this.composer.focus();
+  }
+
+  private async openConversation(id: number): Promise<void> {
+    this.conversation = await this.backend.conversation(id);
+    this.composer.forgetEdit();
+    this.speed.hide();
+    await this.refreshAll();
+  }
+
+  private async rename(id: number, title: string | undefined): Promise<void> {
+    if (title) await this.backend.renameConversation(id, title);
+    await this.refreshAll();
+  }
+
+  private async remove(id: number): Promise<void> {
+    await this.backend.deleteConversation(id);
+    if (this.conversation?.id === id) this.conversation = null;
+    await this.refreshAll();
+  }
+
+  private async setSystemPrompt(text: string): Promise<void> {
+    if (!this.conversation) this.conversation = await this.backend.createConversation();
+    await this.backend.setSystemPrompt(this.conversation.id, text);
+  }
+
+  // ----- replies -----
+
+  private async send(): Promise<void> {
+    const text = this.composer.text;
+    if (!text || this.streaming) return;
+    this.notice.clear();
+    if (!this.conversation) this.conversation = await this.backend.createConversation();
+    const id = this.conversation.id;
+    const editing = this.composer.editing;
+    if (editing !== null) await this.backend.truncate(id, editing);
+    this.composer.endEdit();
+    await this.backend.addMessage(id, 'user', text);
+    this.composer.clear();
+    await this.refreshAll();
+    await this.streamReply(id);
+  }
+
+  private async regenerate(messageId: number): Promise<void> {
+    if (!this.conversation || this.streaming) return;
+    this.notice.clear();
+    await this.backend.truncate(this.conversation.id, messageId);
+    await this.refreshAll();
+    await this.streamReply(this.conversation.id);
+  }
+
+  private async streamReply(conversationId: number): Promise<void> {
+    const remote = this.settings.remote != null;
+    const reply = new LiveReply(this.chat, this.speed, {
+      colours: this.appearance.colours,
+      drafting: remote || this.settings.drafter !== 'none',
+      remote,
+      verdict: (stats) => (this.settings.remote ? summarizeRemote(stats) : summarize(stats, this.settings.k)),
+      onNotice: this.showError,
+    });
+    this.streaming = reply;
+    this.composer.setStreaming(true);
+    let stored: ChatMessage | undefined;
+    try {
+      // The transport folds each event into the reply it hands back; the view draws from events.
+      reply.handle = await this.backend.reply(conversationId, this.settings, (event) => reply.onEvent(event));
+      stored = await reply.handle.done;
+    } catch (e) {
+      this.showError(e);
+    } finally {
+      this.streaming = null;
+      this.composer.setStreaming(false);
+      if (stored?.finish_reason === 'error' && !stored.content) await this.giveBackPrompt(conversationId);
+      // The finished reply is drawn whole, once, from the stored conversation.
+      await this.refreshAll();
+      if (stored) this.keepDrawnReply(stored);
+      const body = this.page.body;
+      body.dataset.replies = String(Number(body.dataset.replies ?? 0) + 1);
+    }
+  }
+
+  /** The window never trades a longer reply it drew for a shorter stored one: when the history
+   *  could not keep all of it (a full disk), the drawn reply stays, marked as not saved. */
+  private keepDrawnReply(drawn: ChatMessage): void {
+    const messages = this.conversation?.messages;
+    const i = messages?.findIndex((m) => m.id === drawn.id) ?? -1;
+    if (!messages || i < 0 || messages[i].content.length >= drawn.content.length) return;
+    messages[i] = { ...drawn, finish_reason: 'unsaved' };
+    this.chat.show(this.conversation);
+  }
+
+  /** A reply that failed before its first token (a prompt over the context, say) leaves no
+   *  trace: the question goes back to the composer, to shorten or resend, and the chat stays
+   *  usable. */
+  private async giveBackPrompt(conversationId: number): Promise<void> {
+    const conversation = await this.backend.conversation(conversationId);
+    const question = conversation.messages.findLast((m) => m.role === 'user');
+    if (!question) return;
+    await this.backend.truncate(conversationId, question.id);
+    this.composer.giveBack(question.content);
+  }
+
+  // ----- models and settings -----
+
+  private async saveSettings(next: Settings): Promise<void> {
+    const status = await this.backend.applyModels(next);
+    await this.backend.saveSettings(next);
+    // The HTTP transport learns the served model's name once the key lets it ask.
+    this.settings = this.backend.apiKey ? await this.backend.settings() : next;
+    this.showStatus(status);
+  }
+
+  /** Load a pair the library downloaded, with copies beside the draft. */
+  private async usePair(target: string, draft: string): Promise<void> {
+    const next: Settings = { ...this.settings, target, draft, drafter: 'auto' };
+    const status = await this.backend.applyModels(next);
+    await this.backend.saveSettings(next);
+    this.settings = next;
+    this.showStatus(status);
+    this.page.library.close();
+    this.composer.focus();
+  }
+
+  private showStatus(status: EngineStatus): void {
+    this.engine.show(status, this.settings, this.backend.canChooseTarget);
+    if (status.error) this.showError(status.error);
+    // Models load in the background at start: look again until they are in.
+    if (status.loading) setTimeout(() => void this.backend.status().then((s) => this.showStatus(s), this.showError), 1000);
+  }
+
+  private async loadModels(target: string): Promise<ModelEntry[]> {
+    return this.backend.models(target).catch((e) => {
+      this.showError(e);
+      return [] as ModelEntry[];
+    });
+  }
+
+  /** The remembered remote engines; none where the transport has no library (the browser). */
+  private async loadConnections(): Promise<Connection[]> {
+    return (
+      (await this.backend.library?.connections().catch((e) => {
+        this.showError(e);
+        return [] as Connection[];
+      })) ?? []
+    );
+  }
+
+  /** A first run (no model anywhere the app looks) opens the library on the recommended pair,
+   *  so nobody needs a terminal to get started. */
+  private async offerFirstRun(): Promise<void> {
+    if (!this.library) return;
+    const models = await this.loadModels(this.settings.target);
+    if (models.length === 0) await this.library.open();
+  }
+}

@@ -1,0 +1,130 @@
+import { beforeEach, describe, expect, it } from 'vitest';
+import type { ChatMessage, Conversation, GenerationStats, Settings } from '../api/types';
+import { DEFAULT_SETTINGS } from '../api/types';
+import { summarize, summarizeRemote } from '../render/speed';
+import { $, loadPage, settle } from '../testing/page';
+import indexHtml from '../../index.html?raw';
+import { ChatView, type ChatHost } from './chat';
+
+const stats: GenerationStats = {
+  prompt_tokens: 20,
+  cached_prompt_tokens: 0,
+  generated_tokens: 100,
+  prefill_ms: 500,
+  decode_ms: 7000,
+  tokens_per_second: 14.3,
+  speculative: {
+    drafter: 'model', drafted: 100, accepted: 74, acceptance_rate: 0.74, target_passes: 40, tokens_per_pass: 2.6, draft_ms: 1000,
+    verify_ms: 3000, plain_ms_per_token: 100, speedup_vs_plain: 1.4, predicted_speedup: 1.5, cost_ratio: 0.2, k_min: 2, k_max: 5, k_mean: 3.5,
+  },
+};
+
+const token = (text: string) => ({ id: 1, text, source: 'accepted' as const, p: 0.9, q: 0.8 });
+const k4: Settings = { ...DEFAULT_SETTINGS, drafter: 'model', k: 4, mode: 'greedy' };
+const remote: Settings = { ...k4, remote: { base_url: 'http://gpu:8080/v1', model: 'qwen-32b' } };
+
+const reply = (id: number, over: Partial<ChatMessage>): ChatMessage => ({
+  id, role: 'assistant', content: '**Hi**', tokens: [token('**Hi**')], stats, finish_reason: 'stop', ...over,
+});
+
+const conversation: Conversation = {
+  id: 7,
+  title: 'Greetings',
+  system_prompt: '',
+  updated_at: 1,
+  messages: [
+    { id: 1, role: 'user', content: 'Say hi <b>' },
+    // Made with k 4 here, whatever the settings are now.
+    reply(2, { settings: k4, settings_label: 'draft model · k 4 · greedy' }),
+    { id: 3, role: 'user', content: 'Again' },
+    // Stored before settings were kept: local, k auto.
+    reply(4, { finish_reason: 'cancelled' }),
+    { id: 5, role: 'user', content: 'And remotely' },
+    reply(6, { settings: remote, settings_label: 'remote qwen-32b @ gpu:8080 · greedy' }),
+  ],
+};
+
+function chat(over: Partial<ChatHost> = {}) {
+  const calls: unknown[][] = [];
+  const host: ChatHost = {
+    colours: () => true,
+    replying: () => false,
+    edit: (m) => void calls.push(['edit', m.id]),
+    regenerate: async (id) => void calls.push(['regenerate', id]),
+    openLink: async (url) => void calls.push(['link', url]),
+    onError: (e) => {
+      throw e;
+    },
+    ...over,
+  };
+  return { view: new ChatView({ title: $('#title'), messages: $('#messages') }, host), calls };
+}
+
+const footers = () => [...document.querySelectorAll('#messages .message footer')].map((f) => f.textContent);
+
+describe('the chat view', () => {
+  beforeEach(() => loadPage(indexHtml));
+
+  it('draws each reply with the figures and settings it was made with, Edit and one Regenerate', () => {
+    const { view, calls } = chat();
+    view.show(conversation);
+    expect($('#title').textContent).toBe('Greetings');
+    expect(footers()).toEqual([
+      'Edit',
+      `${summarize(stats, 4)} · draft model · k 4 · greedy`,
+      'Edit',
+      `${summarize(stats, 'auto')} · stopped`,
+      'Edit',
+      `${summarizeRemote(stats)} · remote qwen-32b @ gpu:8080 · greedy` + 'Regenerate',
+    ]);
+    expect(summarize(stats, 4)).not.toBe(summarize(stats, 'auto'));
+    // A user's text is text, never markup.
+    expect(document.querySelector('.message.user .body')!.textContent).toBe('Say hi <b>');
+    document.querySelectorAll<HTMLButtonElement>('#messages .edit')[1].click();
+    document.querySelector<HTMLButtonElement>('#messages .regenerate')!.click();
+    expect(calls).toEqual([['edit', 3], ['regenerate', 6]]);
+  });
+
+  it('colours the tokens, or reads the reply as markdown', () => {
+    let colours = true;
+    const { view } = chat({ colours: () => colours });
+    view.show(conversation);
+    expect(document.querySelectorAll('.message.assistant .tok').length).toBe(3);
+    colours = false;
+    view.show(conversation);
+    expect(document.querySelectorAll('.message.assistant .tok').length).toBe(0);
+    expect(document.querySelector('.message.assistant .body strong')!.textContent).toBe('Hi');
+  });
+
+  it('an empty chat says how to start; a reply without an end reads as interrupted', () => {
+    const { view } = chat();
+    view.show(null);
+    expect($('#title').textContent).toBe('Specula');
+    expect($('#messages').textContent).toMatch(/^Start a conversation/);
+    view.show({ ...conversation, messages: [reply(2, { finish_reason: null, stats: null })] });
+    expect(footers()).toEqual(['interruptedRegenerate']);
+  });
+
+  it('while a reply streams: its element follows the messages, with no Edit or Regenerate', () => {
+    let replying = false;
+    const { view } = chat({ replying: () => replying });
+    view.show({ ...conversation, messages: [] });
+    const live = view.startReply({ id: -1, role: 'assistant', content: '', tokens: [] });
+    replying = true;
+    expect(document.querySelector('#messages p.empty')).toBeNull();
+    expect(document.querySelector('#messages .message.assistant.streaming .body')).toBe(live.body);
+    expect(live.summary.className).toBe('reply-summary');
+    view.show(conversation);
+    expect(document.querySelectorAll('#messages .edit, #messages .regenerate').length).toBe(0);
+  });
+
+  it('a link in a reply never navigates the window: it opens outside', async () => {
+    const { view, calls } = chat({ colours: () => false });
+    view.show({ ...conversation, messages: [reply(2, { content: '[site](https://example.com/a) [mail](mailto:me@example.com)' })] });
+    const links = [...document.querySelectorAll<HTMLAnchorElement>('#messages a')];
+    const followed = links.map((a) => a.dispatchEvent(new MouseEvent('click', { bubbles: true, cancelable: true })));
+    await settle();
+    expect(followed).toEqual([false, false]);
+    expect(calls).toEqual([['link', 'https://example.com/a'], ['link', 'mailto:me@example.com']]);
+  });
+});

@@ -1,0 +1,76 @@
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import type { GenerationStats, StepEvent } from '../api/types';
+import { $, loadPage } from '../testing/page';
+import indexHtml from '../../index.html?raw';
+import { ChatView } from './chat';
+import { LiveReply } from './reply';
+import { SpeedPanel, speedParts } from './speed-panel';
+
+const token = (text: string) => ({ id: 1, text, source: 'accepted' as const, p: 0.9, q: 0.8 });
+const step: StepEvent = {
+  k: 4, accepted: 3, generated: 4, tokens_per_second: 12.34, speedup_vs_plain: 1.5, plain_ms_per_token: 80, plain_steps: 5, acceptance_rate: 0.75,
+};
+const stats: GenerationStats = { prompt_tokens: 5, cached_prompt_tokens: 0, generated_tokens: 3, prefill_ms: 1, decode_ms: 2, tokens_per_second: 9 };
+
+function reply(drafting = true) {
+  const chat = new ChatView({ title: $('#title'), messages: $('#messages') }, {
+    colours: () => true, replying: () => true, edit: () => {}, regenerate: async () => {}, openLink: async () => {}, onError: () => {},
+  });
+  const notices: unknown[] = [];
+  const live = new LiveReply(chat, new SpeedPanel(speedParts($('#speed-panel'))), {
+    colours: true,
+    drafting,
+    remote: false,
+    verdict: (s) => `${s.generated_tokens} tokens, plain decoding`,
+    onNotice: (e) => void notices.push(e),
+  });
+  return { live, notices };
+}
+
+const figure = (name: string) => $(`[data-figure="${name}"]`).textContent;
+const summary = () => $('#messages .streaming .reply-summary').textContent;
+
+describe('a streaming reply', () => {
+  beforeEach(() => {
+    loadPage(indexHtml);
+    vi.useFakeTimers();
+  });
+  afterEach(() => vi.useRealTimers());
+
+  it('says the prompt\'s progress, then draws tokens and the speed figures a few times a second', () => {
+    const { live } = reply();
+    expect($('#speed-panel').hidden).toBe(false);
+    expect(['tps', 'speedup', 'acceptance', 'k'].map(figure)).toEqual(['–', '–', '–', '–']);
+
+    live.onEvent({ kind: 'prefill', done: 50, total: 200 });
+    expect(summary()).toBe('reading the prompt · 25%');
+    live.onEvent({ kind: 'tokens', tokens: [token('Hel'), token('lo')] });
+    live.onEvent({ kind: 'step', step });
+    expect(summary()).toBe('');
+    expect(document.querySelectorAll('#messages .streaming .tok').length).toBe(0);
+    vi.advanceTimersByTime(1);
+    expect(document.querySelectorAll('#messages .streaming .tok').length).toBe(2);
+    expect(['tps', 'speedup', 'acceptance', 'k'].map(figure)).toEqual(['12.3', '1.50x', '75%', '4']);
+    expect($('#spark').innerHTML).toMatch(/^<svg/);
+
+    // The next paint waits for its turn, whatever comes meanwhile.
+    live.onEvent({ kind: 'tokens', tokens: [token('!')] });
+    vi.advanceTimersByTime(100);
+    expect(document.querySelectorAll('#messages .streaming .tok').length).toBe(2);
+    live.onEvent({ kind: 'done', finish_reason: 'end_of_turn', text: 'Hello!', stats });
+    expect(document.querySelectorAll('#messages .streaming .tok').length).toBe(3);
+    expect(figure('tps')).toBe('9.0');
+    expect($('#summary').textContent).toBe('3 tokens, plain decoding');
+  });
+
+  it('a failure and a reply the history could not keep are said; a plain reply has no speedup', () => {
+    const { live, notices } = reply(false);
+    live.onEvent({ kind: 'step', step });
+    vi.advanceTimersByTime(1);
+    expect(figure('speedup')).toBe('–');
+    const full = { code: 'disk_full' as const, message: 'the disk is full' };
+    live.onEvent({ kind: 'unsaved', error: full });
+    live.onEvent({ kind: 'failed', error: { code: 'internal', message: 'it broke' } });
+    expect(notices).toEqual([full, { code: 'internal', message: 'it broke' }]);
+  });
+});

@@ -1,0 +1,76 @@
+// A reply while it streams: its element in the chat, drawn from the engine's events, with the
+// speed panel beside it. Painting is batched (render/stream.ts): the text, the speed figures
+// and the scroll move together a few times a second, however fast tokens come.
+
+import type { ChatMessage, GenerationStats, ReplyEvent, ReplyHandle } from '../api/types';
+import { ReplyStream } from '../render/stream';
+import type { ChatView } from './chat';
+import type { SpeedPanel } from './speed-panel';
+
+export interface LiveReplyOptions {
+  colours: boolean;
+  /** Whether the reply drafts, and whether a remote engine writes it (the panel's figures). */
+  drafting: boolean;
+  remote: boolean;
+  /** The verdict under the panel once the reply is done. */
+  verdict(stats: GenerationStats): string;
+  /** A failure, or a reply the history could not keep. */
+  onNotice(error: unknown): void;
+}
+
+export class LiveReply {
+  /** Set once the backend has started the reply: what Stop cancels. */
+  handle: ReplyHandle | null = null;
+  private readonly summary: HTMLElement;
+  private readonly stream: ReplyStream;
+
+  constructor(
+    chat: Pick<ChatView, 'startReply' | 'follow'>,
+    private readonly panel: SpeedPanel,
+    private readonly options: LiveReplyOptions,
+  ) {
+    const message: ChatMessage = { id: -1, role: 'assistant', content: '', tokens: [] };
+    const live = chat.startReply(message);
+    this.summary = live.summary;
+    panel.begin(options.drafting, options.remote);
+    this.stream = new ReplyStream(live.body, {
+      colours: options.colours,
+      onPaint: () => {
+        panel.paint();
+        chat.follow();
+      },
+    });
+  }
+
+  onEvent(event: ReplyEvent): void {
+    if (event.kind === 'prefill') {
+      // A long prompt takes a while to read; say how far it got until the first token.
+      this.summary.textContent = `reading the prompt · ${Math.floor((100 * event.done) / Math.max(1, event.total))}%`;
+    } else if (event.kind === 'tokens') {
+      if (this.summary.textContent) this.summary.textContent = '';
+      for (const token of event.tokens) this.stream.push(token);
+    } else if (event.kind === 'step') {
+      this.panel.step(event.step);
+      this.stream.schedule();
+    } else if (event.kind === 'done') {
+      this.stream.finish();
+      this.panel.finish(event.stats, this.options.verdict(event.stats));
+    } else if (event.kind === 'failed') {
+      this.stream.finish();
+      this.options.onNotice(event.error);
+    } else if (event.kind === 'unsaved') {
+      // The history could not keep it (a full disk): the reply goes on, drawn here only.
+      this.options.onNotice(event.error);
+    }
+  }
+
+  /** Colours were switched mid-reply: what came so far is drawn again. */
+  setColours(on: boolean): void {
+    this.stream.setColours(on);
+  }
+
+  /** Stop: the backend ends the reply, which then ends as any other. */
+  async cancel(): Promise<void> {
+    await this.handle?.cancel();
+  }
+}
