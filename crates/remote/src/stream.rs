@@ -131,8 +131,7 @@ fn take_extension(
                 // Alternatives only inform the display, most likely first: past the protocol's
                 // limit the rest are dropped, and the token (which is sound) is kept.
                 token.alternatives.truncate(MAX_ALTERNATIVES);
-                outlet.tally().add(&token.text);
-                outlet.send(ReplyEvent::Tokens { tokens: vec![token] });
+                send_token(outlet, token);
             }
         }
         Some(ReplyEvent::Step { mut step }) => {
@@ -156,13 +155,8 @@ fn take_text(outlet: &Outlet, text: String, budget: &Budget) -> Result<(), Error
         return Ok(());
     }
     budget.admit(outlet)?;
-    let (generated, rate) = {
-        let mut tally = outlet.tally();
-        tally.add(&text);
-        (tally.tokens, tally.tokens_per_second())
-    };
     let token = TokenEvent { id: 0, text, source: Source::Target, p: None, q: None, alternatives: Vec::new() };
-    outlet.send(ReplyEvent::Tokens { tokens: vec![token] });
+    let (generated, rate) = send_token(outlet, token);
     outlet.send(ReplyEvent::Step {
         step: StepEvent {
             k: 0,
@@ -176,6 +170,15 @@ fn take_text(outlet: &Outlet, text: String, budget: &Budget) -> Result<(), Error
         },
     });
     Ok(())
+}
+
+/// Send a token and count it under the tally's lock: Stop reads the tally for the reply's
+/// text, so that text holds exactly the tokens sent before it. The tokens and rate so far.
+fn send_token(outlet: &Outlet, token: TokenEvent) -> (usize, f64) {
+    let mut tally = outlet.tally();
+    tally.add(&token.text);
+    outlet.send(ReplyEvent::Tokens { tokens: vec![token] });
+    (tally.tokens, tally.tokens_per_second())
 }
 
 /// The reply's end with its statistics: rates and times measured here; token counts and

@@ -66,20 +66,23 @@ impl<'a> Reply<'a> {
             self.finish = Some(FinishReason::EndOfTurn);
             return Ok(false);
         }
-        self.context.push(id);
         let text = self.stream.push(id)?;
-        let checked = self.text.len();
-        self.text.push_str(&text);
         let p = target.get(id as usize).copied();
         let alternatives = self.alternatives(target);
         let event = TokenEvent { id, text, source, p, q, alternatives };
-        let flow = self.sink.on_token(&event);
+        if self.sink.on_token(&event) == Flow::Stop {
+            // Its reader did not take it (Stop, a deadline, a reader gone): the reply is what
+            // the reader has, and the caches forget this token as a rejected draft.
+            self.finish = Some(FinishReason::Cancelled);
+            return Ok(false);
+        }
+        self.context.push(id);
+        let checked = self.text.len();
+        self.text.push_str(&event.text);
         self.tokens.push(event);
         if let Some(at) = self.stops.find_new(&self.text, checked) {
             self.text.truncate(at);
             self.finish = Some(FinishReason::StopString);
-        } else if flow == Flow::Stop {
-            self.finish = Some(FinishReason::Cancelled);
         } else if self.position() >= self.options.max_tokens {
             self.finish = Some(FinishReason::MaxTokens);
         }
@@ -112,7 +115,9 @@ impl<'a> Reply<'a> {
     }
 
     pub fn finish(mut self, stats: GenerationStats) -> Result<Generation> {
-        if self.finish != Some(FinishReason::StopString) {
+        // A stop string's text is cut, and a cancelled reply's ends where its reader stopped
+        // taking tokens: neither releases what the detokeniser still holds.
+        if !matches!(self.finish, Some(FinishReason::StopString | FinishReason::Cancelled)) {
             self.text.push_str(&self.stream.flush()?);
         }
         Ok(Generation {
