@@ -7,7 +7,8 @@ B, A, B (each turn adds the reply before it and a new question, as a chat does),
 16 tokens a reply, the real Qwen2.5-Coder pair with its draft on both servers. Turns 1 and 2
 read their notes cold; from turn 3 on a server that kept the other chat's cache resumes it.
 Recorded per turn: the prompt's length (the server's usage) and the time from the request to
-the first streamed text, at a Python client on this machine.
+the first streamed text, at a Python client on this machine. `specula-no-cache` is the same
+server with `--cache-ram 0`: only the last prompt's cache, as before the prompt cache.
 
     scripts/bench-context.py [--cli target/release/specula] [--llama-server PATH] [--rounds 3]
                              [--out bench/context.json]
@@ -52,6 +53,8 @@ def start(engine: str, cli: str, llama: str, port: int) -> subprocess.Popen:
                    "-c", str(CONTEXT), "-t", threads]
     else:
         command = [cli, "serve", "--model", str(TARGET), "--draft", str(DRAFT), "--port", str(port), "--ctx", str(CONTEXT)]
+        if engine == "specula-no-cache":
+            command += ["--cache-ram", "0"]
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(600):
         try:
@@ -120,7 +123,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default=str(ROOT / "bench/context.json"))
     args = parser.parse_args()
-    engines = ["specula"] if args.no_llama else ["specula", "llama.cpp"]
+    # specula-no-cache: the same server keeping no earlier prompt, as every release before had it.
+    engines = ["specula", "specula-no-cache"] + ([] if args.no_llama else ["llama.cpp"])
     if "llama.cpp" in engines and not args.llama_server:
         built = subprocess.run([str(ROOT / "scripts/llama-cpp.sh"), "--server"], capture_output=True, text=True, check=True)
         args.llama_server = str(Path(built.stdout.strip()) / "llama-server")

@@ -102,6 +102,14 @@ SECTIONS = {
         "with the app, so the app's own CPU can slow it, as it slows a local engine: a remote on another machine "
         "would fare no worse.",
     ),
+    "context.json": (
+        "Chats taken in turn: the first token when a server goes back to a chat",
+        "scripts/bench-context.py   # specula serve (with and without --cache-ram 0) and llama-server, the same pair, one run",
+        "Two chats, each opening with a 1,400-word system note, asked in turn A, B, A, B, A, B (each turn adds the reply "
+        "before it and a new question), greedy, 16 tokens a reply, context 8192. Turns 1 and 2 read their notes cold; "
+        "from turn 3 on, a server that kept the other chat's cache resumes it. Time from the request to the first "
+        "streamed text at a client on this machine; cold is the median of turns 1-2, warm of turns 3-6.",
+    ),
     "drafters-vs-llama.json": (
         "Drafters beside llama.cpp's draftless and draft modes, on every set, in one run",
         "scripts/bench-vs-llama.py --drafters --limit 3 --rounds 1   # per prompt, in turn: specula generate --drafter none, "
@@ -315,6 +323,16 @@ def remote_tables(data: dict) -> str:
     return table(header, rows) + f"\n\nCPU: {cpus}"
 
 
+def context_table(data: dict) -> str:
+    rows = []
+    for engine, r in data["engines"].items():
+        turns = " · ".join(f"{t['chat']} {t['ttft_s']:.2f}" for t in r["turns"])
+        rows.append([engine, f"{r['cold_ttft_s']:.2f}", f"{r['warm_ttft_s']:.2f}", f"{r['warm_over_cold']:.2f}",
+                     str(r["turns"][-1]["prompt_tokens"]), turns])
+    header = ["server", "cold TTFT s", "warm TTFT s", "warm / cold", "last prompt tokens", "each turn's TTFT s"]
+    return table(header, rows)
+
+
 def drafters_llama_table(data: dict) -> str:
     x = lambda v: f"{v:.2f}x"
     rows = [[kind, x(s["auto_vs_plain"]), x(s["min_auto_vs_plain"]), x(s["llama_plain_vs_plain"]), x(s["llama_ngram_mod_vs_plain"]),
@@ -352,6 +370,8 @@ def render_file(path: Path) -> str:
         return "\n\n".join(head + [remote_tables(data)])
     elif path.name == "app.json":
         body = app_tables(data)
+    elif path.name == "context.json":
+        body = context_table(data)
     elif data.get("kind") == "ceiling":
         body = ceiling_table(data)
     elif data.get("kind") == "history":
@@ -416,6 +436,13 @@ def readme_summary() -> str:
         parts = [f"{r['engine']} {r['summary']['app_over_direct_rate']:.2f}x the direct rate, first token "
                  f"+{r['summary']['app_ttft_added_ms']:.0f} ms" for r in runs]
         lines.append(f"- **A remote engine through the app** (same run, beside the remote called directly): {'; '.join(parts)}.")
+    context = BENCH / "context.json"
+    if context.exists():
+        engines = json.loads(context.read_text())["engines"]
+        ours, llama_cpp = engines.get("specula"), engines.get("llama.cpp")
+        beside = f"; llama-server {llama_cpp['warm_ttft_s']:.2f} s" if llama_cpp else ""
+        lines.append(f"- **Chats taken in turn** (two 1,400-word notes, A/B/A/B): back to a chat, the first token in "
+                     f"{ours['warm_ttft_s']:.2f} s against {ours['cold_ttft_s']:.1f} s cold{beside}, same run.")
     llama = BENCH / "speed-vs-llama.json"
     if llama.exists():
         data = json.loads(llama.read_text())
