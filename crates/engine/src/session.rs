@@ -79,11 +79,12 @@ pub struct Session {
     prompt_cache_bytes: usize,
 }
 
-/// The prompt cache's default: a quarter of the memory free once the models are loaded, at
-/// most 8 GiB (llama-server keeps 8 GiB of evicted slots by default). A 1,400-word chat on the
+/// The prompt cache's default: a quarter of the memory free once the models are loaded (2 GiB
+/// where that cannot be read), at most 8 GiB (llama-server keeps 8 GiB of evicted slots by default). A 1,400-word chat on the
 /// 1.5B target is about 120 MB of keys and values.
 pub fn default_prompt_cache_bytes() -> usize {
-    let free = crate::device::available_memory().unwrap_or(0);
+    // Where free memory cannot be read (not Linux), 2 GiB.
+    let free = crate::device::available_memory().unwrap_or(8 << 30);
     (free / 4).min(8 << 30) as usize
 }
 

@@ -180,7 +180,7 @@ fn a_chat_gone_back_to_resumes_from_the_prompt_cache_and_scores_as_a_cold_prefil
     assert_eq!(warm.prefill(&a_again).unwrap(), 2, "back to A: only its new turn is read");
     let b_again = next_turn(&b, &[8, 9], &[12]);
     assert_eq!(warm.prefill(&b_again).unwrap(), 1, "and back to B");
-    assert_eq!(warm.prompt_cache().len(), 2, "one per chat: A's longer state replaced its shorter one");
+    assert_eq!(warm.prompt_cache().len(), 1, "A's latest state kept; B's is the live one");
 
     let mut cold = tiny.model();
     cold.prefill(&b_again).unwrap();

@@ -3,7 +3,7 @@
 //! counts) and Specula's own extension (tokens with provenance, step figures, stats).
 
 use serde::Deserialize;
-use specula_protocol::{FinishReason, ReplyEvent};
+use specula_protocol::{FinishReason, GenerationStats, ReplyEvent, StepEvent, TokenEvent};
 
 #[derive(Debug, Default, Deserialize)]
 pub struct Chunk {
@@ -55,12 +55,28 @@ pub struct Timings {
 #[derive(Debug, Default, Deserialize)]
 pub struct Extension {
     pub event: Option<serde_json::Value>,
+    /// What a `specula serve` before the one event shape sent instead: a chunk's tokens, a
+    /// step's figures, and the reply's statistics last.
+    #[serde(default)]
+    pub tokens: Vec<TokenEvent>,
+    pub step: Option<StepEvent>,
+    pub stats: Option<GenerationStats>,
 }
 
 impl Extension {
-    /// The event, when it is one this client knows.
-    pub fn event(self) -> Option<ReplyEvent> {
-        serde_json::from_value(self.event?).ok()
+    /// The events this chunk carries, when they are of kinds this client knows.
+    pub fn events(self) -> Vec<ReplyEvent> {
+        if let Some(event) = self.event {
+            return serde_json::from_value(event).ok().into_iter().collect();
+        }
+        let tokens = (!self.tokens.is_empty()).then_some(ReplyEvent::Tokens { tokens: self.tokens });
+        let step = self.step.map(|step| ReplyEvent::Step { step });
+        let done = self.stats.map(|stats| ReplyEvent::Done {
+            finish_reason: FinishReason::EndOfTurn,
+            text: String::new(),
+            stats,
+        });
+        tokens.into_iter().chain(step).chain(done).collect()
     }
 }
 
@@ -101,7 +117,7 @@ mod tests {
             "specula":{"event":{"kind":"tokens","tokens":[{"id":17,"text":"Hi","source":"accepted","p":0.9,"q":0.8}]}}}"#,
         )
         .unwrap();
-        let Some(ReplyEvent::Tokens { tokens }) = specula.specula.unwrap().event() else { panic!("no tokens") };
+        let Some(ReplyEvent::Tokens { tokens }) = specula.specula.unwrap().events().pop() else { panic!("no tokens") };
         assert_eq!(tokens[0].source, specula_protocol::Source::Accepted);
         assert_eq!(specula.choices[0].delta.content.as_deref(), Some("Hi"));
     }
@@ -110,7 +126,28 @@ mod tests {
     fn an_event_of_a_kind_this_client_does_not_know_is_skipped() {
         let newer: Chunk =
             serde_json::from_str(r#"{"choices":[],"specula":{"event":{"kind":"tool_call","name":"x"}}}"#).unwrap();
-        assert_eq!(newer.specula.unwrap().event(), None);
+        assert_eq!(newer.specula.unwrap().events(), []);
+    }
+
+    #[test]
+    fn an_older_specula_servers_tokens_steps_and_stats_still_read() {
+        let older: Chunk = serde_json::from_str(
+            r#"{"choices":[],"specula":{"tokens":[{"id":3,"text":"a","source":"bonus"}],
+            "step":{"k":2,"accepted":1,"generated":1,"tokens_per_second":5.0,"speedup_vs_plain":null,"acceptance_rate":null}}}"#,
+        )
+        .unwrap();
+        let kinds: Vec<&str> = older
+            .specula
+            .unwrap()
+            .events()
+            .iter()
+            .map(|e| match e {
+                ReplyEvent::Tokens { .. } => "tokens",
+                ReplyEvent::Step { .. } => "step",
+                _ => "other",
+            })
+            .collect();
+        assert_eq!(kinds, ["tokens", "step"]);
     }
 
     #[test]

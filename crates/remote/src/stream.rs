@@ -124,8 +124,15 @@ fn take_extension(
     ending: &mut Ending,
     budget: &Budget,
 ) -> Result<(), ErrorInfo> {
-    match extension.event() {
-        Some(ReplyEvent::Tokens { tokens }) => {
+    for event in extension.events() {
+        take_event(outlet, event, ending, budget)?;
+    }
+    Ok(())
+}
+
+fn take_event(outlet: &Outlet, event: ReplyEvent, ending: &mut Ending, budget: &Budget) -> Result<(), ErrorInfo> {
+    match event {
+        ReplyEvent::Tokens { tokens } => {
             for mut token in tokens {
                 budget.admit(outlet)?;
                 // Alternatives only inform the display, most likely first: past the protocol's
@@ -134,16 +141,16 @@ fn take_extension(
                 send_token(outlet, token);
             }
         }
-        Some(ReplyEvent::Step { mut step }) => {
+        ReplyEvent::Step { mut step } => {
             step.tokens_per_second = outlet.tally().tokens_per_second();
             outlet.send(ReplyEvent::Step { step });
         }
-        Some(event @ ReplyEvent::Prefill { .. }) => {
+        event @ ReplyEvent::Prefill { .. } => {
             outlet.send(event);
         }
-        Some(ReplyEvent::Done { stats, .. }) => ending.remote_stats = Some(stats),
+        ReplyEvent::Done { stats, .. } => ending.remote_stats = Some(stats),
         // Its failure comes as the chunk's error; its start and its history are its own.
-        Some(ReplyEvent::Started { .. } | ReplyEvent::Failed { .. } | ReplyEvent::Unsaved { .. }) | None => {}
+        ReplyEvent::Started { .. } | ReplyEvent::Failed { .. } | ReplyEvent::Unsaved { .. } => {}
     }
     Ok(())
 }

@@ -203,11 +203,11 @@ pub struct Canceller(Arc<Outlet>);
 impl Canceller {
     pub fn cancel(&self) {
         self.0.cancelled.store(true, Ordering::Relaxed);
-        let (text, stats) = {
-            let tally = self.0.tally();
-            (tally.text.clone(), tally.stats())
-        };
+        // The tally held until the end is sent: no token is sent after its text was read.
+        let tally = self.0.tally();
+        let (text, stats) = (tally.text.clone(), tally.stats());
         self.0.end(ReplyEvent::Done { finish_reason: FinishReason::Cancelled, text, stats });
+        drop(tally);
         self.0.close();
     }
 }

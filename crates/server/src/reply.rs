@@ -473,8 +473,10 @@ fn stream(
                         usage.total_tokens = usage.prompt_tokens + usage.completion_tokens;
                         let g = Generation { text, tokens: Vec::new(), finish_reason: reason, stats };
                         let part = streamed.part(call.kind, "", None, Some(finish_of(&g, &calls)));
-                        let g = first_generation.get_or_insert(g);
                         let done = ReplyEvent::Done { finish_reason: g.finish_reason, text: g.text.clone(), stats: g.stats.clone() };
+                        if first_generation.is_none() {
+                            first_generation = Some(g);
+                        }
                         yield Ok(chunks.chunk(vec![part], StreamExtension::of(done)));
                         break;
                     }

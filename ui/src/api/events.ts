@@ -10,8 +10,8 @@ export function applyEvent(reply: ChatMessage, event: ReplyEvent): void {
       reply.content += event.tokens.map((t) => t.text).join('');
       break;
     case 'done':
-      // The reply as released: a stop string the tokens spelled is cut off.
-      reply.content = event.text;
+      // The content stays the tokens' text, as the history keeps it (`event.text` is the reply
+      // as the API releases it: a stop string cut off).
       reply.stats = event.stats;
       reply.finish_reason = FINISH_REASON_NAMES[event.finish_reason];
       break;

@@ -6,6 +6,10 @@ use crate::error::{Error, Result};
 use crate::models::CausalLm;
 use crate::tokenizer::common_prefix;
 
+/// Fewer tokens than this are read again rather than restored: a restore copies the whole
+/// saved sequence back, a few tokens' prefill costs less.
+const MIN_RESUME_GAIN: usize = 64;
+
 /// A model and the token ids its KV cache holds, so that a new prompt reuses the longest
 /// cached prefix (the previous turns of a chat) and a rollback keeps both in step.
 pub struct CachedModel {
@@ -56,6 +60,8 @@ impl CachedModel {
 
     /// Score only `ids` from now on (`None`: every token); whether the model could.
     pub fn restrict_output(&mut self, ids: Option<&[u32]>) -> Result<bool> {
+        // Saved sequences carry the output layer's state of their time: not this one's.
+        self.prompts.clear();
         self.model.restrict_output(ids)
     }
 
@@ -97,14 +103,18 @@ impl CachedModel {
     /// than the cache holds now. The tokens of `context` then cached.
     fn resume(&mut self, context: &[u32]) -> Result<usize> {
         let here = common_prefix(&self.ids, context);
+        // Taken out before the outgoing sequence is kept, so keeping it cannot evict this one;
+        // the live cache holds it from then on.
+        let resumed = self.prompts.take_best(context, here + MIN_RESUME_GAIN);
         if here < self.ids.len() && self.prompts.wants(&self.ids) {
-            if let Some(state) = self.model.save()? {
-                self.prompts.keep(self.ids.clone(), state);
+            match self.model.save() {
+                Ok(Some(state)) => self.prompts.keep(self.ids.clone(), state),
+                Ok(None) => {}
+                Err(e) => tracing::warn!("a prompt's cache could not be kept: {e}"),
             }
         }
-        if let Some((ids, state)) = self.prompts.best(context, here) {
-            let ids = ids.to_vec();
-            match self.model.restore(state) {
+        if let Some((ids, state)) = resumed {
+            match self.model.restore(&state) {
                 Ok(()) => self.ids = ids,
                 // Never trusted half-restored: the cache starts empty, and the prompt is read.
                 Err(e) => {

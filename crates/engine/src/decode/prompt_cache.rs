@@ -68,22 +68,24 @@ impl PromptCache {
         self.evict();
     }
 
-    /// The entry that shares more than `at_least` leading tokens with `context`, the most of
-    /// them: its ids and state, marked as just used.
-    pub fn best(&mut self, context: &[u32], at_least: usize) -> Option<(&[u32], &SavedState)> {
+    /// The entry that shares at least `at_least` (and at least one) leading tokens with
+    /// `context`, the most of them, taken out: its ids and state.
+    pub fn take_best(&mut self, context: &[u32], at_least: usize) -> Option<(Vec<u32>, SavedState)> {
         let (index, shared) = self
             .entries
             .iter()
             .enumerate()
             .map(|(i, e)| (i, common_prefix(&e.ids, context)))
             .max_by_key(|&(_, shared)| shared)?;
-        if shared <= at_least {
+        if shared < at_least.max(1) {
             return None;
         }
-        self.clock += 1;
-        let entry = &mut self.entries[index];
-        entry.used = self.clock;
-        Some((&entry.ids, &entry.state))
+        let entry = self.entries.remove(index);
+        Some((entry.ids, entry.state))
+    }
+
+    pub fn clear(&mut self) {
+        self.entries.clear();
     }
 
     fn evict(&mut self) {
@@ -110,13 +112,16 @@ mod tests {
         cache.keep(vec![1, 2, 3, 4], state(100));
         cache.keep(vec![1, 2, 9], state(100));
         cache.keep(vec![7, 7], state(100));
-        let (ids, _) = cache.best(&[1, 2, 3, 4, 5], 0).unwrap();
-        assert_eq!(ids, [1, 2, 3, 4]);
-        assert!(cache.best(&[1, 2, 3, 4, 5], 4).is_none(), "no better than what the model holds");
+        assert!(cache.take_best(&[1, 2, 3, 4, 5], 5).is_none(), "not enough gained");
+        let (ids, _) = cache.take_best(&[1, 2, 3, 4, 5], 1).unwrap();
+        assert_eq!(ids, [1, 2, 3, 4], "the longest shared start, taken out");
+        assert_eq!(cache.len(), 2);
+        cache.keep(vec![1, 2, 3, 4], state(100));
         cache.keep(vec![5], state(100));
         assert_eq!(cache.len(), 3, "the cap holds");
-        assert!(cache.best(&[1, 2, 9], 2).is_none(), "[1, 2, 9] was the least recently used");
-        assert!(cache.best(&[7, 7], 0).is_some());
+        assert!(cache.take_best(&[1, 2, 9], 3).is_none(), "[1, 2, 9] was the least recently used");
+        assert!(cache.take_best(&[7, 7], 1).is_some());
+        assert!(cache.take_best(&[8], 0).is_none(), "nothing shared is nothing to resume");
     }
 
     #[test]
@@ -127,7 +132,7 @@ mod tests {
         assert_eq!(cache.len(), 1);
         cache.keep(vec![4], state(2000));
         assert_eq!((cache.len(), cache.used()), (1, 10));
-        cache.set_budget(0);
+        cache.clear();
         assert!(cache.is_empty());
     }
 }

@@ -486,11 +486,12 @@ impl CausalLm for Decoder {
 
     fn save(&self) -> Result<Option<SavedState>> {
         let layers = self.caches.iter().map(KvCache::save).collect::<Result<Vec<_>>>()?;
-        let bytes = layers.iter().map(KvSnapshot::bytes).sum();
         let conversation = self
             .pruned
             .as_ref()
             .map(|p| SavedConversation { tokens: p.conversation.clone(), rows: p.conversation_rows.clone() });
+        let rows = conversation.as_ref().and_then(|c| c.rows.as_ref()).map_or(0, |r| r.elem_count() * 4);
+        let bytes = layers.iter().map(KvSnapshot::bytes).sum::<usize>() + rows;
         Ok(Some(SavedState::new(self.len(), bytes, DecoderState { layers, conversation })))
     }
 
@@ -502,8 +503,9 @@ impl CausalLm for Decoder {
         for (cache, layer) in self.caches.iter_mut().zip(&saved.layers) {
             cache.restore(layer)?;
         }
-        if let (Some(pruned), Some(conversation)) = (&mut self.pruned, &saved.conversation) {
-            pruned.restore(conversation);
+        if let Some(pruned) = &mut self.pruned {
+            let none = SavedConversation { tokens: Vec::new(), rows: None };
+            pruned.restore(saved.conversation.as_ref().unwrap_or(&none));
         }
         Ok(())
     }
