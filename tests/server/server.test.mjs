@@ -81,6 +81,27 @@ test('streams a chat completion with provenance and speculative stats', async ()
   assert.ok(spec.accepted > 0 && spec.target_passes < 24);
 });
 
+test('a streamed reply of two choices ends each with its own event', async () => {
+  const stream = await client.chat.completions.create({
+    model: MODEL_ID, stream: true, n: 2, max_tokens: 6, temperature: 1.0, seed: 3,
+    messages: [{ role: 'user', content: 'Name a colour.' }],
+  });
+  const texts = ['', ''];
+  const done = [];
+  const seeds = [];
+  for await (const chunk of stream) {
+    const choice = chunk.choices[0];
+    if (choice) texts[choice.index] += choice.delta?.content ?? '';
+    const event = chunk.specula?.event;
+    if (event?.kind === 'started') seeds.push(event.seed);
+    if (event?.kind === 'done') done[choice.index] = event;
+  }
+  assert.equal(done.length, 2);
+  // Each choice's end carries its own reply (its text as released) and its own seed started it.
+  done.forEach((event, i) => assert.equal(event.text, texts[i], `choice ${i}`));
+  assert.deepEqual(seeds, [3, 4]);
+});
+
 test('non-streaming chat and text completions carry stats', async () => {
   const chat = await client.chat.completions.create({
     model: MODEL_ID, max_tokens: 8, ...greedy, messages: [{ role: 'user', content: 'Say hello.' }],
