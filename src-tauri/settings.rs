@@ -41,7 +41,8 @@ impl EngineSettings for AppSettings {
         let draft = specula_engine::draft_to_load(self.drafter, chosen)?.map(crate::paths::model_path).transpose()?;
         let target = crate::paths::model_path(&self.target)?;
         let draft_vocab = specula_engine::DEFAULT_DRAFT_VOCAB;
-        Ok(LoadSpec { target, draft, draft_vocab, context: self.context, device: self.device.clone() })
+        let prompt_cache = self.cache_mb.map(|mib| (mib as usize) << 20);
+        Ok(LoadSpec { target, draft, draft_vocab, context: self.context, device: self.device.clone(), prompt_cache })
     }
 
     fn check_paths(&self) -> Result<(), ErrorInfo> {
@@ -118,6 +119,14 @@ mod tests {
         assert_eq!(s.load_spec().unwrap().draft, None);
         let s = AppSettings { drafter: DrafterKind::Model, draft: String::new(), ..Default::default() };
         assert_eq!(s.load_spec().unwrap_err().code, "invalid_setting");
+    }
+
+    #[test]
+    fn the_chat_cache_setting_reaches_the_engine_in_bytes_and_none_is_automatic() {
+        let s = AppSettings { drafter: DrafterKind::Lookup, cache_mb: Some(512), ..Default::default() };
+        assert_eq!(s.load_spec().unwrap().prompt_cache, Some(512 << 20));
+        let s = AppSettings { drafter: DrafterKind::Lookup, ..Default::default() };
+        assert_eq!(s.load_spec().unwrap().prompt_cache, None);
     }
 
     #[test]

@@ -256,6 +256,7 @@ fn a_model_that_cannot_load_leaves_the_service_usable_with_the_reason() {
         draft_vocab: None,
         context: 256,
         device: "cpu".into(),
+        prompt_cache: None,
     };
     let err = engine.load(missing).recv().unwrap().unwrap_err();
     assert_eq!(err.code, "io");
@@ -272,6 +273,7 @@ fn a_model_that_cannot_load_leaves_the_service_usable_with_the_reason() {
         draft_vocab: None,
         context: 256,
         device: "cpu".into(),
+        prompt_cache: None,
     };
     let health = engine.load(good.clone()).recv().unwrap().unwrap();
     assert_eq!(health.state, EngineState::Ready);

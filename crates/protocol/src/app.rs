@@ -43,6 +43,10 @@ pub struct AppSettings {
     pub max_tokens: usize,
     pub context: usize,
     pub device: String,
+    /// MiB of earlier chats' caches kept in memory, so that going back to a chat does not read
+    /// it again; `None`: automatic (a quarter of the free memory, at most 8 GiB).
+    #[serde(default)]
+    pub cache_mb: Option<u32>,
     /// A remote engine's model to chat with instead of `target` (its draft, if any, is the
     /// remote's: `draft`, `drafter` and `k` are kept for when the user switches back).
     #[serde(default)]
@@ -69,6 +73,7 @@ impl Default for AppSettings {
             max_tokens: DEFAULT_MAX_TOKENS,
             context: DEFAULT_CONTEXT,
             device: "auto".into(),
+            cache_mb: None,
             remote: None,
         }
     }

@@ -6,7 +6,17 @@
 import type { Mode, Settings } from '../api/types';
 import { option } from './dom';
 
-export type FieldKey = 'k' | 'mode' | 'temperature' | 'top_p' | 'top_k' | 'seed' | 'max_tokens' | 'context' | 'device';
+export type FieldKey =
+  | 'k'
+  | 'mode'
+  | 'temperature'
+  | 'top_p'
+  | 'top_k'
+  | 'seed'
+  | 'max_tokens'
+  | 'context'
+  | 'device'
+  | 'cache_mb';
 
 /** A `select`, or an `<input type=…>` of this kind. */
 export type ControlKind = 'select' | 'number' | 'range' | 'text';
@@ -123,6 +133,16 @@ export const FIELDS: readonly Field[] = [
     options: ['auto', 'cpu', 'cuda', 'metal'].map((d) => [d, d] as const),
     applies: 'load',
     read: (text) => text,
+  },
+  {
+    key: 'cache_mb',
+    label: 'Chat cache (MiB)',
+    help: 'automatic',
+    kind: 'number',
+    range: { min: 0, step: 64 },
+    applies: 'load',
+    // Empty: a quarter of the free memory, at most 8 GiB; 0 keeps only the open chat's.
+    read: (text) => (text.trim() === '' ? null : Number(text)),
   },
 ];
 

@@ -83,7 +83,8 @@ const HAND_WRITTEN = `
       <option value="cuda">cuda</option>
       <option value="metal">metal</option>
     </select>
-  </label>`;
+  </label>
+  <label>Chat cache (MiB) <input name="cache_mb" type="number" min="0" step="64" placeholder="automatic" /></label>`;
 
 const squeeze = (html: string) => html.replace(/>\s+</g, '><').replace(/\s+/g, ' ').replace(/ </g, '<').trim();
 
@@ -108,6 +109,8 @@ describe('the settings dialog', () => {
       { ...local, drafter: 'model' },
       { ...local, drafter: 'lookup', k: 'auto', mode: 'sample', seed: null },
       { ...local, drafter: 'none', mode: 'reproducible', temperature: 0, top_k: 0 },
+      { ...local, cache_mb: 512 },
+      { ...local, cache_mb: 0 },
       // A remote model, odd characters and all: the local target and draft are kept for later.
       { ...local, remote: odd },
       // A remote no connection lists any more is still offered, as chosen.

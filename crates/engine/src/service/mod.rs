@@ -203,6 +203,9 @@ pub struct LoadSpec {
     pub context: usize,
     /// `auto`, `cpu`, `cuda`, `cuda:N` or `metal`.
     pub device: String,
+    /// Bytes of earlier prompts' caches kept (`Session::set_prompt_cache`); `None`: the
+    /// service's [`ServiceConfig::prompt_cache_bytes`].
+    pub prompt_cache: Option<usize>,
 }
 
 pub use specula_protocol::app::EngineState;

@@ -147,7 +147,7 @@ impl Worker {
             let device = device::select(&spec.device)?;
             tracing::info!("loading target {}", spec.target.display());
             let mut session = Session::load(&spec.target, &device, spec.context)?;
-            session.set_prompt_cache(prompt_cache_bytes(&self.shared.config));
+            session.set_prompt_cache(spec.prompt_cache.unwrap_or_else(|| prompt_cache_bytes(&self.shared.config)));
             self.remembered.fill(&mut session);
             let spec = LoadSpec { draft: None, draft_vocab: None, ..spec.clone() };
             self.loaded = Some(Loaded { session, spec: Some(spec), device });
@@ -155,6 +155,12 @@ impl Worker {
         let Some(loaded) = self.loaded.as_mut() else { return Err(Error::NoModel("no target model".into())) };
         let loaded_spec =
             loaded.spec.get_or_insert_with(|| LoadSpec { draft: None, draft_vocab: None, ..spec.clone() });
+        if loaded_spec.prompt_cache != spec.prompt_cache {
+            // The default is read once, at a change: free memory moves with every reply.
+            let config = &self.shared.config;
+            loaded.session.set_prompt_cache(spec.prompt_cache.unwrap_or_else(|| prompt_cache_bytes(config)));
+            loaded_spec.prompt_cache = spec.prompt_cache;
+        }
         if loaded_spec.draft == spec.draft {
             if loaded_spec.draft_vocab != spec.draft_vocab {
                 loaded.session.set_draft_vocab(spec.draft_vocab)?;
