@@ -266,7 +266,6 @@ impl Gathered {
 /// the outcome (a non-streamed response, a test).
 #[derive(Debug, Default)]
 pub struct Collected {
-    pub started: Option<ReplyEvent>,
     pub tokens: Vec<TokenEvent>,
 }
 
@@ -274,14 +273,16 @@ impl Collected {
     /// Take one event; the reply (or its error) once the last comes.
     pub fn add(&mut self, event: ReplyEvent) -> Option<Result<Generation, crate::ErrorInfo>> {
         match event {
-            ReplyEvent::Started { .. } => self.started = Some(event),
             ReplyEvent::Tokens { tokens } => self.tokens.extend(tokens),
             ReplyEvent::Done { finish_reason, text, stats } => {
                 let tokens = std::mem::take(&mut self.tokens);
                 return Some(Ok(Generation { text, tokens, finish_reason, stats }));
             }
             ReplyEvent::Failed { error } => return Some(Err(error)),
-            ReplyEvent::Prefill { .. } | ReplyEvent::Step { .. } | ReplyEvent::Unsaved { .. } => {}
+            ReplyEvent::Started { .. }
+            | ReplyEvent::Prefill { .. }
+            | ReplyEvent::Step { .. }
+            | ReplyEvent::Unsaved { .. } => {}
         }
         None
     }

@@ -49,6 +49,9 @@ export type Field = { [K in FieldKey]: FieldOf<K> }[FieldKey];
 /** A number input's text as `Number` reads it: an empty box (no field is `required`) is 0. */
 const number = (text: string) => Number(text);
 
+/** A number input whose empty box means "none" (automatic, or a fresh seed each reply). */
+const numberOrNone = (text: string) => (text.trim() === '' ? null : Number(text));
+
 const K_CHOICES: readonly (readonly [string, string])[] = [
   ['auto', 'auto (measured)'],
   ...Array.from({ length: 16 }, (_, i): [string, string] => [String(i + 1), String(i + 1)]),
@@ -108,7 +111,7 @@ export const FIELDS: readonly Field[] = [
     range: { min: 0, step: 1 },
     applies: 'any',
     // No seed: a fresh one each reply, so Regenerate gives another.
-    read: (text) => (text.trim() === '' ? null : Number(text)),
+    read: numberOrNone,
   },
   {
     key: 'max_tokens',
@@ -142,7 +145,7 @@ export const FIELDS: readonly Field[] = [
     range: { min: 0, step: 64 },
     applies: 'load',
     // Empty: a quarter of the free memory, at most 8 GiB; 0 keeps only the open chat's.
-    read: (text) => (text.trim() === '' ? null : Number(text)),
+    read: numberOrNone,
   },
 ];
 

@@ -29,10 +29,6 @@ impl PromptCache {
         Self { entries: Vec::new(), budget, clock: 0 }
     }
 
-    pub fn budget(&self) -> usize {
-        self.budget
-    }
-
     pub fn set_budget(&mut self, budget: usize) {
         self.budget = budget;
         self.evict();
