@@ -69,6 +69,8 @@ impl From<StoreError> for ErrorInfo {
 
 pub type Result<T> = std::result::Result<T, StoreError>;
 
+pub mod exchange;
+
 pub use specula_protocol::history::{Conversation, ConversationSummary, StoredMessage};
 
 const SCHEMA: &str = "
