@@ -4,7 +4,7 @@
 //! compile until it follows, and `the_typescript_bindings_are_current` fails until the file is
 //! written again (`scripts/bindings.sh`).
 
-use crate::{commands, connections, library};
+use crate::{commands, connections, history, library};
 use specta_typescript::{BigIntExportBehavior, Typescript};
 use specula_engine::protocol::{self, ErrorCode};
 use tauri_specta::{collect_commands, collect_events, Builder, ErrorHandlingMode};
@@ -31,7 +31,15 @@ pub fn builder() -> Builder<tauri::Wry> {
             commands::set_system_prompt,
             commands::delete_conversation,
             commands::add_message,
-            commands::truncate_messages,
+            history::branch_before,
+            history::show_branch,
+            history::delete_message,
+            history::restore_message,
+            history::restore_conversation,
+            history::purge_deleted,
+            history::fork_conversation,
+            history::export_conversations,
+            history::import_conversations,
             commands::reply,
             commands::cancel_reply,
             commands::open_link,

@@ -200,12 +200,6 @@ pub fn add_message(
     with_store(&state, |s| s.add_message(conversation_id, role, &content, None))
 }
 
-#[tauri::command]
-#[specta::specta]
-pub fn truncate_messages(state: State<'_, AppState>, conversation_id: i64, from_message_id: i64) -> CommandResult<()> {
-    with_store(&state, |s| s.truncate(conversation_id, from_message_id))
-}
-
 /// Start the assistant's reply to the conversation as stored; tokens stream over `on_event`.
 #[tauri::command]
 #[specta::specta]

@@ -7,6 +7,7 @@ mod commands;
 mod connections;
 mod engine;
 mod error;
+mod history;
 mod library;
 mod notices;
 mod paths;
@@ -32,10 +33,11 @@ pub struct AppState {
     notices: Arc<Notices>,
 }
 
-/// The history lives in the app's data folder; SPECULA_DATA_DIR moves it (tests, portable use).
+/// The history lives in the app's data folder, the one `specula chats` reads too;
+/// SPECULA_DATA_DIR moves it (tests, portable use).
 fn data_dir(app: &tauri::App) -> Result<PathBuf, Box<dyn std::error::Error>> {
-    match std::env::var_os("SPECULA_DATA_DIR") {
-        Some(dir) => Ok(PathBuf::from(dir)),
+    match specula_store::data_dir() {
+        Some(dir) => Ok(dir),
         None => Ok(app.path().app_data_dir()?),
     }
 }
@@ -138,10 +140,14 @@ fn private_data_dir(dir: &Path) {
 fn setup(app: &mut tauri::App) -> Result<(), Box<dyn std::error::Error>> {
     let dir = data_dir(app)?;
     private_data_dir(&dir);
-    let path = dir.join("specula.db");
+    let path = specula_store::history_file(&dir);
     tracing::info!("chat history: {}", path.display());
     let notices = Arc::new(Notices::new(&dir));
-    let (store, in_memory) = open_history(&path, &notices);
+    let (mut store, in_memory) = open_history(&path, &notices);
+    // What was deleted with an Undo offered and never undone is deleted for good now.
+    if let Err(e) = store.purge_deleted() {
+        tracing::warn!("chat history: deleting what was deleted last time: {e}");
+    }
     let saved: Option<settings::AppSettings> = read_setting(&store, commands::SETTINGS_KEY, &notices);
     let added = read_setting(&store, commands::ADDED_MODELS_KEY, &notices);
     paths::set_added(added.unwrap_or_default());
@@ -260,6 +266,13 @@ mod tests {
         ] {
             assert!(!own(foreign), "{foreign}");
         }
+    }
+
+    #[test]
+    fn the_cli_looks_for_the_history_in_the_apps_own_data_folder() {
+        let config: serde_json::Value =
+            serde_json::from_str(include_str!("../tauri.conf.json")).expect("tauri.conf.json reads");
+        assert_eq!(config["identifier"], specula_store::APP_IDENTIFIER);
     }
 
     #[test]

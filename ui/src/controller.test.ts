@@ -2,6 +2,7 @@ import { beforeEach, describe, expect, it, vi } from 'vitest';
 import type { Backend } from './api/backend';
 import { applyEvent, isLast } from './api/events';
 import { replyLabel } from './api/label';
+import { LocalConversations } from './api/local';
 import type { ChatMessage, Conversation, EngineStatus, GenerationStats, ModelEntry, ReplyEvent, ReplyHandle, Role, Settings } from './api/types';
 import { DEFAULT_SETTINGS } from './api/types';
 import { Controller } from './controller';
@@ -17,21 +18,47 @@ const token = (text: string) => ({ id: 1, text, source: 'accepted' as const, p: 
 const stats: GenerationStats = { prompt_tokens: 5, cached_prompt_tokens: 0, generated_tokens: 2, prefill_ms: 1, decode_ms: 2, tokens_per_second: 9 };
 const step = { k: 4, accepted: 1, generated: 2, tokens_per_second: 9, speedup_vs_plain: null, plain_ms_per_token: null, plain_steps: 0, acceptance_rate: 0.5 };
 
-/** A backend in memory. Each reply sends the events of `script`, a timer tick apart, stored
- *  as it streams (as both transports do); `hold` stops it before the event at that index until
- *  `release` is called. */
+/** A Storage in memory, for the conversations the fake backend keeps. */
+class MemoryStorage implements Storage {
+  private readonly items = new Map<string, string>();
+  get length() {
+    return this.items.size;
+  }
+  clear() {
+    this.items.clear();
+  }
+  getItem(key: string) {
+    return this.items.get(key) ?? null;
+  }
+  key(i: number) {
+    return [...this.items.keys()][i] ?? null;
+  }
+  removeItem(key: string) {
+    this.items.delete(key);
+  }
+  setItem(key: string, value: string) {
+    this.items.set(key, value);
+  }
+}
+
+/** A backend in memory, its conversations kept by the browser transport's own store (a tree).
+ *  Each reply sends the events of `script`, a timer tick apart, stored as it streams (as both
+ *  transports do); `hold` stops it before the event at that index until `release` is called. */
 class FakeBackend implements Backend {
   readonly transport = 'http' as const;
   readonly canChooseTarget = true;
-  readonly chats = new Map<number, Conversation>();
+  readonly store = new LocalConversations(new MemoryStorage());
   saved: Settings = { ...DEFAULT_SETTINGS, target: '/m/t.gguf', draft: '/m/d.gguf', drafter: 'model', k: 4, mode: 'greedy' };
   script: ReplyEvent[] = [];
   hold: number | null = null;
   release = () => {};
   replies: Settings[] = [];
   cancels = 0;
-  private next = 1;
 
+  /** Each conversation with the branch it shows. */
+  get chats(): Map<number, Conversation> {
+    return new Map(this.store.list().map(({ id }) => [id, this.store.get(id)]));
+  }
   async status(): Promise<EngineStatus> {
     return { state: 'ready', target: '/m/t.gguf', draft: '/m/d.gguf', device: 'cpu', loading: false };
   }
@@ -46,42 +73,53 @@ class FakeBackend implements Backend {
     this.saved = settings;
   }
   async conversations(query = '') {
-    return [...this.chats.values()].filter((c) => c.title.includes(query)).map(({ id, title, updated_at }) => ({ id, title, updated_at }));
+    return this.store.list(query);
   }
   async conversation(id: number) {
-    const chat = this.chats.get(id);
-    if (!chat) throw { code: 'not_found', message: `No conversation ${id}` };
-    return clone(chat);
+    return this.store.get(id);
   }
   async createConversation() {
-    const chat: Conversation = { id: this.next++, title: 'New chat', system_prompt: '', updated_at: 0, messages: [] };
-    this.chats.set(chat.id, chat);
-    return clone(chat);
+    return this.store.create();
   }
   async renameConversation(id: number, title: string) {
-    this.chats.get(id)!.title = title;
+    this.store.update(id, (c) => (c.title = title));
   }
   async setSystemPrompt(id: number, text: string) {
-    this.chats.get(id)!.system_prompt = text;
+    this.store.update(id, (c) => (c.system_prompt = text));
   }
   async deleteConversation(id: number) {
-    this.chats.delete(id);
+    this.store.remove(id);
   }
   async addMessage(conversationId: number, role: Role, content: string) {
-    const message: ChatMessage = { id: this.next++, role, content };
-    this.chats.get(conversationId)!.messages.push(message);
-    return clone(message);
+    return this.store.addMessage(conversationId, { role, content });
   }
-  async truncate(conversationId: number, fromMessageId: number) {
-    const chat = this.chats.get(conversationId)!;
-    chat.messages = chat.messages.filter((m) => m.id < fromMessageId);
+  async branchBefore(conversationId: number, messageId: number) {
+    this.store.branchBefore(conversationId, messageId);
+  }
+  async showBranch(conversationId: number, messageId: number) {
+    return this.store.showBranch(conversationId, messageId);
+  }
+  async fork(conversationId: number, messageId: number) {
+    return this.store.fork(conversationId, messageId);
+  }
+  async deleteMessage(conversationId: number, messageId: number) {
+    this.store.deleteMessage(conversationId, messageId);
+  }
+  async restoreMessage(conversationId: number, messageId: number) {
+    this.store.restoreMessage(conversationId, messageId);
+  }
+  async restoreConversation(id: number) {
+    this.store.restore(id);
+  }
+  async purgeDeleted() {
+    this.store.purge();
   }
   async openLink() {}
 
   async reply(conversationId: number, settings: Settings, onEvent: (event: ReplyEvent) => void): Promise<ReplyHandle> {
     this.replies.push(settings);
-    const message: ChatMessage = { id: this.next++, role: 'assistant', content: '', tokens: [], settings, settings_label: replyLabel(settings) };
-    this.chats.get(conversationId)!.messages.push(message);
+    const message = this.store.addMessage(conversationId, { role: 'assistant', content: '', tokens: [], settings, settings_label: replyLabel(settings) });
+    const save = () => this.store.updateMessage(conversationId, message);
     const events = [...this.script];
     let cancelled = false;
     const done = new Promise<ChatMessage>((resolve) => {
@@ -89,6 +127,7 @@ class FakeBackend implements Backend {
       const tick = () => {
         if (cancelled) {
           message.finish_reason = 'cancelled';
+          save();
           return resolve(clone(message));
         }
         if (sent === this.hold) {
@@ -98,6 +137,7 @@ class FakeBackend implements Backend {
         }
         const event = events[sent++];
         applyEvent(message, event);
+        save();
         onEvent(event);
         if (isLast(event)) resolve(clone(message));
         else setTimeout(tick);
@@ -189,6 +229,63 @@ describe('the controller', () => {
       ['assistant', 'Hello'],
     ]);
     expect($('#send').textContent).toBe('Send');
+    // The first question and its stopped reply are one arrow away.
+    const question = chat.messages[0];
+    expect(question.siblings).toHaveLength(2);
+    const back = await backend.showBranch(chat.id, question.siblings![0]);
+    expect(back.messages.map((m) => [m.content, m.finish_reason])).toEqual([
+      ['Say hello', undefined],
+      ['Hello', 'cancelled'],
+    ]);
+  });
+
+  it('Regenerate keeps the first answer: ◀ ▶ and Ctrl+Left/Right switch; a delete offers Undo', async () => {
+    const backend = new FakeBackend();
+    backend.script = hello;
+    await start(backend);
+    await (await ask('Say hello'))();
+    const replies = Number(document.body.dataset.replies);
+    document.querySelector<HTMLButtonElement>('#messages .regenerate')!.click();
+    await vi.waitFor(() => expect(Number(document.body.dataset.replies)).toBe(replies + 1));
+    expect($('#messages .message.assistant .branch-of').textContent).toBe('2/2');
+
+    $<HTMLButtonElement>('#messages [aria-label="Previous branch"]').click();
+    await vi.waitFor(() => expect($('#messages .message.assistant .branch-of').textContent).toBe('1/2'));
+    document.dispatchEvent(new KeyboardEvent('keydown', { key: 'ArrowRight', ctrlKey: true, cancelable: true }));
+    await vi.waitFor(() => expect($('#messages .message.assistant .branch-of').textContent).toBe('2/2'));
+
+    // Delete the newer answer: the older shows, and Undo brings the newer back.
+    $<HTMLButtonElement>('#messages .message.assistant .delete').click();
+    await vi.waitFor(() => expect($('#toast').hidden).toBe(false));
+    expect($('#toast span').textContent).toBe('Deleted a reply and what followed it');
+    expect(document.querySelector('#messages .branch-of')).toBeNull();
+    $<HTMLButtonElement>('#toast .undo').click();
+    await vi.waitFor(() => expect($('#messages .message.assistant .branch-of').textContent).toBe('2/2'));
+    expect($('#toast').hidden).toBe(true);
+
+    // Up in the empty composer edits the last question.
+    $('#prompt').dispatchEvent(new KeyboardEvent('keydown', { key: 'ArrowUp', bubbles: true, cancelable: true }));
+    expect([$<HTMLTextAreaElement>('#prompt').value, $('#send').textContent]).toEqual(['Say hello', 'Resend']);
+  });
+
+  it('a deleted chat comes back on Undo, and is gone for good once the toast goes', async () => {
+    const backend = new FakeBackend();
+    backend.script = hello;
+    await start(backend);
+    await (await ask('Keep me'))();
+    const [chat] = backend.chats.values();
+    document.querySelector<HTMLButtonElement>('#conversation-list [aria-label="Delete"]')!.click();
+    await vi.waitFor(() => expect($('#toast span').textContent).toBe('Deleted “Keep me”'));
+    expect(document.querySelectorAll('#conversation-list li')).toHaveLength(0);
+    $<HTMLButtonElement>('#toast .undo').click();
+    await vi.waitFor(() => expect(document.querySelectorAll('#conversation-list li')).toHaveLength(1));
+    expect($('#title').textContent).toBe('Keep me');
+
+    document.querySelector<HTMLButtonElement>('#conversation-list [aria-label="Delete"]')!.click();
+    await vi.waitFor(() => expect($('#toast').hidden).toBe(false));
+    $<HTMLButtonElement>('#toast [aria-label="Dismiss"]').click();
+    await vi.waitFor(() => expect($('#toast').hidden).toBe(true));
+    await expect(backend.restoreConversation(chat.id)).rejects.toMatchObject({ code: 'not_found' });
   });
 
   it('a reply that fails before its first token gives the question back and says why', async () => {

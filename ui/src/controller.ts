@@ -9,14 +9,17 @@ import type { Appearance } from './views/appearance';
 import { ChatView } from './views/chat';
 import { Composer } from './views/composer';
 import { EngineStatusView } from './views/engine-status';
+import { Exchange } from './views/exchange';
 import { LibraryDialog } from './views/library';
 import type { NoticeView } from './views/notice';
 import type { Page } from './views/page';
 import { LiveReply } from './views/reply';
 import { SettingsDialog } from './views/settings';
+import { listenForShortcuts } from './views/shortcuts';
 import { Sidebar } from './views/sidebar';
 import { SpeedPanel } from './views/speed-panel';
 import { SystemPromptDialog } from './views/system-prompt';
+import { Toast } from './views/toast';
 
 /** The views made before the backend answered: a failure to connect is said in the notice, and
  *  the theme is applied before anything else is drawn. */
@@ -40,6 +43,9 @@ export class Controller {
   private readonly speed: SpeedPanel;
   private readonly composer: Composer;
   private readonly settingsDialog: SettingsDialog;
+  private readonly toast: Toast;
+  /** None where the transport keeps no files (the browser UI of `specula serve`). */
+  private readonly exchange: Exchange | null = null;
   /** None in a transport without one (the browser UI of `specula serve`). */
   private readonly library: LibraryDialog | null = null;
 
@@ -59,12 +65,28 @@ export class Controller {
       if (this.streaming) this.streaming.setColours(on);
       else this.chat.show(this.conversation);
     });
+    this.toast = new Toast(page.toast, onError);
+    if (backend.exportChats && backend.importChats) {
+      const [exportChats, importChats] = [backend.exportChats.bind(backend), backend.importChats.bind(backend)];
+      this.exchange = new Exchange(page.exchange, {
+        exportChats,
+        importChats,
+        say: (text) => void this.toast.say(text),
+        imported: async (summary) => {
+          if (summary.imported[0] !== undefined) this.conversation = await backend.conversation(summary.imported[0]);
+          await this.refreshAll();
+        },
+        onError,
+      });
+    }
+    const exchange = this.exchange;
     this.sidebar = new Sidebar(page.sidebar, {
       conversations: (query) => backend.conversations(query),
       newChat: () => this.newChat(),
       open: (id) => this.openConversation(id),
       rename: (id, title) => this.rename(id, title),
-      remove: (id) => this.remove(id),
+      remove: (id, title) => this.remove(id, title),
+      exportChat: exchange ? (id, title) => exchange.open([id], `Export “${title}”`) : undefined,
       onError,
     });
     this.engine = new EngineStatusView(page.engineStatus);
@@ -73,6 +95,9 @@ export class Controller {
       replying: () => this.streaming !== null,
       edit: (message) => this.composer.edit(message),
       regenerate: (id) => this.regenerate(id),
+      showBranch: (id) => this.showBranch(id),
+      fork: (id) => this.fork(id),
+      remove: (message) => this.removeMessage(message),
       openLink: (url) => backend.openLink(url),
       onError,
     });
@@ -91,6 +116,13 @@ export class Controller {
       save: (next) => this.saveSettings(next),
     });
     page.settingsButton.addEventListener('click', () => void this.settingsDialog.open().catch(onError));
+    listenForShortcuts(document, page.composer.prompt, {
+      newChat: () => this.newChat(),
+      search: () => this.sidebar.focusSearch(),
+      stop: () => (this.streaming ? (void this.streaming.cancel().catch(onError), true) : false),
+      editLast: () => this.editLast(),
+      sibling: (step) => this.sibling(step),
+    });
     new SystemPromptDialog(page.systemPrompt, {
       current: () => this.conversation?.system_prompt ?? '',
       save: (text) => this.setSystemPrompt(text),
@@ -167,10 +199,70 @@ export class Controller {
     await this.refreshAll();
   }
 
-  private async remove(id: number): Promise<void> {
+  /** Delete a chat, with an Undo that brings it back (and opens it, if it was open). */
+  private async remove(id: number, title: string): Promise<void> {
+    await this.toast.settle();
     await this.backend.deleteConversation(id);
-    if (this.conversation?.id === id) this.conversation = null;
+    const wasOpen = this.conversation?.id === id;
+    if (wasOpen) this.conversation = null;
     await this.refreshAll();
+    await this.offerUndo(`Deleted “${title}”`, async () => {
+      await this.backend.restoreConversation(id);
+      if (wasOpen) this.conversation = await this.backend.conversation(id);
+    });
+  }
+
+  private async offerUndo(text: string, undo: () => Promise<void>): Promise<void> {
+    await this.toast.offerUndo(
+      text,
+      async () => {
+        await undo();
+        await this.refreshAll();
+      },
+      () => this.backend.purgeDeleted(),
+    );
+  }
+
+  /** Delete a message and what follows it, with an Undo. */
+  private async removeMessage(message: ChatMessage): Promise<void> {
+    const conversation = this.conversation;
+    if (!conversation || this.streaming) return;
+    await this.toast.settle();
+    await this.backend.deleteMessage(conversation.id, message.id);
+    await this.refreshAll();
+    const what = message.role === 'user' ? 'question' : 'reply';
+    await this.offerUndo(`Deleted a ${what} and what followed it`, () => this.backend.restoreMessage(conversation.id, message.id));
+  }
+
+  private async showBranch(messageId: number): Promise<void> {
+    if (!this.conversation || this.streaming) return;
+    this.conversation = await this.backend.showBranch(this.conversation.id, messageId);
+    this.chat.show(this.conversation);
+  }
+
+  /** Ctrl+Left/Right: the previous or next branch at the last message that has siblings. */
+  private sibling(step: -1 | 1): boolean {
+    const branching = this.conversation?.messages.findLast((m) => (m.siblings?.length ?? 0) > 1);
+    const siblings = branching?.siblings ?? [];
+    const to = branching && siblings[siblings.indexOf(branching.id) + step];
+    if (to === undefined || this.streaming) return false;
+    void this.showBranch(to).catch(this.showError);
+    return true;
+  }
+
+  private async fork(messageId: number): Promise<void> {
+    if (!this.conversation) return;
+    this.conversation = await this.backend.fork(this.conversation.id, messageId);
+    await this.refreshAll();
+    void this.toast.say(`Forked to “${this.conversation.title}”`);
+  }
+
+  /** Up in an empty composer: the last question, to change and resend. */
+  private editLast(): boolean {
+    const question = this.conversation?.messages.findLast((m) => m.role === 'user');
+    if (!question || this.streaming) return false;
+    this.composer.edit(question);
+    return true;
   }
 
   private async setSystemPrompt(text: string): Promise<void> {
@@ -187,7 +279,8 @@ export class Controller {
     if (!this.conversation) this.conversation = await this.backend.createConversation();
     const id = this.conversation.id;
     const editing = this.composer.editing;
-    if (editing !== null) await this.backend.truncate(id, editing);
+    // An edited question becomes a sibling of the original, which stays one arrow away.
+    if (editing !== null) await this.backend.branchBefore(id, editing);
     this.composer.endEdit();
     await this.backend.addMessage(id, 'user', text);
     this.composer.clear();
@@ -198,7 +291,8 @@ export class Controller {
   private async regenerate(messageId: number): Promise<void> {
     if (!this.conversation || this.streaming) return;
     this.notice.clear();
-    await this.backend.truncate(this.conversation.id, messageId);
+    // The new reply becomes a sibling of the old one, which stays one arrow away.
+    await this.backend.branchBefore(this.conversation.id, messageId);
     await this.refreshAll();
     await this.streamReply(this.conversation.id);
   }
@@ -244,13 +338,13 @@ export class Controller {
   }
 
   /** A reply that failed before its first token (a prompt over the context, say) leaves no
-   *  trace: the question goes back to the composer, to shorten or resend, and the chat stays
-   *  usable. */
+   *  trace: the question (and the empty reply) are deleted, the question goes back to the
+   *  composer, to shorten or resend, and the chat stays usable. */
   private async giveBackPrompt(conversationId: number): Promise<void> {
     const conversation = await this.backend.conversation(conversationId);
     const question = conversation.messages.findLast((m) => m.role === 'user');
     if (!question) return;
-    await this.backend.truncate(conversationId, question.id);
+    await this.backend.deleteMessage(conversationId, question.id);
     this.composer.giveBack(question.content);
   }
 

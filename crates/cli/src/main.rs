@@ -2,6 +2,7 @@
 //! The first client of every engine feature.
 
 mod bench;
+mod chats;
 mod device_check;
 mod library;
 mod remote;
@@ -40,6 +41,9 @@ enum Command {
     Serve(run::ServeArgs),
     /// Whether two models can pair as target and draft, and if not, exactly why.
     Doctor(DoctorArgs),
+    /// The desktop app's chats: list, export (Specula JSON or Markdown) and import (Specula,
+    /// ChatGPT, Open WebUI, llama.cpp's web UI).
+    Chats(chats::ChatsArgs),
     /// Download a GGUF file from Hugging Face Hub (resumes, checks sha256).
     Pull(library::PullArgs),
     /// The models on this machine: the Hugging Face cache and Specula's models folder.
@@ -238,6 +242,7 @@ fn main() -> ExitCode {
         Command::Speed(args) => speed::speed(args).map(|()| ExitCode::SUCCESS),
         Command::Serve(args) => run::serve(args).map(|()| ExitCode::SUCCESS),
         Command::Doctor(args) => doctor(args),
+        Command::Chats(args) => chats::chats(args).map(|()| ExitCode::SUCCESS),
         Command::Pull(args) => library::pull(args).map(|()| ExitCode::SUCCESS),
         Command::Models(args) => library::models(args).map(|()| ExitCode::SUCCESS),
         Command::Synth(args) => synth(args),

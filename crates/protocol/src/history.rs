@@ -45,6 +45,13 @@ pub struct StoredMessage {
     /// reads, its k and whether a remote engine wrote it, whatever the settings are now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub settings: Option<AppSettings>,
+    /// The message this one follows; none for the first of the conversation.
+    #[serde(default)]
+    pub parent_id: Option<i64>,
+    /// The messages that follow the same one as this (itself among them), oldest first: more
+    /// than one after a Regenerate or an Edit, each the start of its own branch.
+    #[serde(default)]
+    pub siblings: Vec<i64>,
 }
 
 /// A reply the shell has started: the id to cancel it by, and its stored (empty) message.
@@ -52,4 +59,25 @@ pub struct StoredMessage {
 pub struct ReplyStarted {
     pub request_id: u64,
     pub message: StoredMessage,
+}
+
+/// How chats leave the app.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Type)]
+#[serde(rename_all = "lowercase")]
+pub enum ExportFormat {
+    /// Specula's archive: every branch, token provenance, stats and settings; imports exactly.
+    Json,
+    /// The current branch, readable.
+    Markdown,
+}
+
+/// What an import did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+pub struct ImportSummary {
+    /// The format the file was read as (`specula`, `chatgpt`, `openwebui`, `llamacpp`).
+    pub format: String,
+    /// The new conversations' ids.
+    pub imported: Vec<i64>,
+    /// Titles of conversations already in the history, not imported again.
+    pub skipped: Vec<String>,
 }

@@ -24,7 +24,7 @@ pub use events::{
     Alternative, Collected, FinishReason, Gathered, Generation, GenerationStats, ReplyEvent, Source, SpeculativeStats,
     StepEvent, TokenEvent,
 };
-pub use history::{Conversation, ConversationSummary, ReplyStarted, StoredMessage};
+pub use history::{Conversation, ConversationSummary, ExportFormat, ImportSummary, ReplyStarted, StoredMessage};
 pub use limits::*;
 pub use options::{Decoding, DrafterKind, GenerateOptions, Grammar, KSetting, Mode, SamplingParams};
 pub use remote::{Connection, ConnectionCheck, RemoteKind, RemoteTarget};

@@ -4,7 +4,6 @@
 //! appends its tokens (with provenance, p and q) in one transaction every tenth of a second,
 //! so a crash mid-reply loses at most that. WAL journaling keeps those small writes cheap.
 
-use rusqlite::types::Value;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::{de::DeserializeOwned, Serialize};
 use specula_protocol::{AppSettings, ErrorCode, ErrorInfo, GenerationStats, Role, TokenEvent};
@@ -69,8 +68,13 @@ impl From<StoreError> for ErrorInfo {
 
 pub type Result<T> = std::result::Result<T, StoreError>;
 
+mod archive;
 pub mod exchange;
+mod tree;
 
+use tree::Tree;
+
+pub use archive::Imported;
 pub use specula_protocol::history::{Conversation, ConversationSummary, StoredMessage};
 
 const SCHEMA: &str = "
@@ -79,7 +83,10 @@ CREATE TABLE IF NOT EXISTS conversations (
     title TEXT NOT NULL,
     system_prompt TEXT NOT NULL DEFAULT '',
     created_at INTEGER NOT NULL,
-    updated_at INTEGER NOT NULL
+    updated_at INTEGER NOT NULL,
+    current_leaf INTEGER,
+    deleted_at INTEGER,
+    uid TEXT
 );
 CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY,
@@ -90,7 +97,9 @@ CREATE TABLE IF NOT EXISTS messages (
     finish_reason TEXT,
     settings_label TEXT,
     created_at INTEGER NOT NULL,
-    settings TEXT
+    settings TEXT,
+    parent_id INTEGER REFERENCES messages(id) ON DELETE CASCADE,
+    deleted_at INTEGER
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
 CREATE TABLE IF NOT EXISTS tokens (
@@ -216,6 +225,24 @@ pub fn title_from(text: &str) -> String {
 
 const NEW_TITLE: &str = "New chat";
 
+/// The app's identifier (tauri.conf.json), which names its data folder.
+pub const APP_IDENTIFIER: &str = "app.specula.desktop";
+
+/// Where the history lives: `SPECULA_DATA_DIR` when set (tests, portable use), otherwise the
+/// app's data folder as Tauri names it (the platform's data folder, then the identifier), so
+/// the app and `specula chats` read the same file.
+pub fn data_dir() -> Option<PathBuf> {
+    match std::env::var_os("SPECULA_DATA_DIR") {
+        Some(dir) => Some(PathBuf::from(dir)),
+        None => dirs::data_dir().map(|dir| dir.join(APP_IDENTIFIER)),
+    }
+}
+
+/// The history's file in `dir`.
+pub fn history_file(dir: &Path) -> PathBuf {
+    dir.join("specula.db")
+}
+
 impl Store {
     /// Open (or create) the history at `path`. The folder is made readable by the user alone
     /// and so is the file (SQLite gives its -wal and -shm the file's own mode). A file this
@@ -278,6 +305,7 @@ impl Store {
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.execute_batch(SCHEMA)?;
         add_missing_columns(&conn)?;
+        migrate_to_trees(&conn)?;
         Ok(Self { conn })
     }
 
@@ -288,8 +316,9 @@ impl Store {
         let pattern = format!("%{}%", query.trim().replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_"));
         let mut stmt = self.conn.prepare(
             "SELECT c.id, c.title, c.updated_at FROM conversations c
-             WHERE ?1 = '%%' OR c.title LIKE ?1 ESCAPE '\\'
-                OR EXISTS (SELECT 1 FROM messages m WHERE m.conversation_id = c.id AND m.content LIKE ?1 ESCAPE '\\')
+             WHERE c.deleted_at IS NULL AND (?1 = '%%' OR c.title LIKE ?1 ESCAPE '\\'
+                OR EXISTS (SELECT 1 FROM messages m WHERE m.conversation_id = c.id AND m.deleted_at IS NULL
+                           AND m.content LIKE ?1 ESCAPE '\\'))
              ORDER BY c.updated_at DESC, c.id DESC",
         )?;
         let rows = stmt.query_map([pattern], |r| {
@@ -301,29 +330,58 @@ impl Store {
     pub fn create_conversation(&self) -> Result<Conversation> {
         let now = now_ms();
         self.conn.execute(
-            "INSERT INTO conversations (title, created_at, updated_at) VALUES (?1, ?2, ?2)",
-            params![NEW_TITLE, now],
+            "INSERT INTO conversations (title, created_at, updated_at, uid) VALUES (?1, ?2, ?2, ?3)",
+            params![NEW_TITLE, now, new_uid(&self.conn)?],
         )?;
         self.conversation(self.conn.last_insert_rowid())
     }
 
+    /// A conversation with the messages of its current branch, first to last.
     pub fn conversation(&self, id: i64) -> Result<Conversation> {
         let head = self
             .conn
-            .query_row("SELECT title, system_prompt, updated_at FROM conversations WHERE id = ?1", [id], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })
+            .query_row(
+                "SELECT title, system_prompt, updated_at, current_leaf FROM conversations
+                 WHERE id = ?1 AND deleted_at IS NULL",
+                [id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
             .optional()?
-            .ok_or_else(|| StoreError::NotFound(format!("No conversation {id}")))?;
-        let (title, system_prompt, updated_at) = head;
-        Ok(Conversation { id, title, system_prompt, updated_at, messages: self.messages(id)? })
+            .ok_or_else(|| not_found(id))?;
+        let (title, system_prompt, updated_at, leaf) = head;
+        let tree = self.tree(id)?;
+        let messages = self.messages(&tree, &tree.path_to(leaf))?;
+        Ok(Conversation { id, title, system_prompt, updated_at, messages })
+    }
+
+    /// The shape of a conversation's messages, deleted ones marked.
+    fn tree(&self, conversation_id: i64) -> Result<Tree> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT id, parent_id, deleted_at IS NOT NULL FROM messages WHERE conversation_id = ?1 ORDER BY id",
+        )?;
+        let rows = stmt.query_map([conversation_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+        Ok(Tree::new(rows.collect::<rusqlite::Result<Vec<_>>>()?))
+    }
+
+    /// The conversation's current leaf as stored; NotFound for a conversation not shown.
+    fn stored_leaf(&self, conversation_id: i64) -> Result<Option<i64>> {
+        self.conn
+            .query_row(
+                "SELECT current_leaf FROM conversations WHERE id = ?1 AND deleted_at IS NULL",
+                [conversation_id],
+                |r| r.get(0),
+            )
+            .optional()?
+            .ok_or_else(|| not_found(conversation_id))
     }
 
     /// The texts of the newest user and assistant messages, oldest first, up to about
     /// `max_bytes` in all: what the engine's auto drafter may copy from.
     pub fn recent_texts(&self, max_bytes: usize) -> Result<Vec<String>> {
         let mut stmt = self.conn.prepare(
-            "SELECT content FROM messages WHERE role IN ('user', 'assistant') AND content != '' ORDER BY id DESC",
+            "SELECT content FROM messages m WHERE role IN ('user', 'assistant') AND content != '' AND deleted_at IS NULL
+               AND NOT EXISTS (SELECT 1 FROM conversations c WHERE c.id = m.conversation_id AND c.deleted_at IS NOT NULL)
+             ORDER BY id DESC",
         )?;
         let mut texts = Vec::new();
         let mut bytes = 0;
@@ -339,31 +397,43 @@ impl Store {
         Ok(texts)
     }
 
-    fn messages(&self, conversation_id: i64) -> Result<Vec<StoredMessage>> {
-        let mut stmt = self.conn.prepare(
-            "SELECT id, role, content, stats, finish_reason, settings_label, settings FROM messages
-             WHERE conversation_id = ?1 ORDER BY id",
+    /// The messages `ids` names, in that order, each with its siblings in `tree`.
+    fn messages(&self, tree: &Tree, ids: &[i64]) -> Result<Vec<StoredMessage>> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT role, content, stats, finish_reason, settings_label, settings, parent_id FROM messages WHERE id = ?1",
         )?;
-        let rows = stmt.query_map([conversation_id], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, Option<String>>(3)?,
-                r.get::<_, Option<String>>(4)?,
-                r.get::<_, Option<String>>(5)?,
-                r.get::<_, Option<String>>(6)?,
-            ))
-        })?;
-        let mut messages = Vec::new();
-        for row in rows {
-            let (id, role, content, stats, finish_reason, settings_label, settings) = row?;
+        let mut messages = Vec::with_capacity(ids.len());
+        for &id in ids {
+            let row = stmt.query_row([id], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, Option<String>>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                    r.get::<_, Option<String>>(4)?,
+                    r.get::<_, Option<String>>(5)?,
+                    r.get::<_, Option<i64>>(6)?,
+                ))
+            })?;
+            let (role, content, stats, finish_reason, settings_label, settings, parent_id) = row;
             let role: Role = from_stored_name(&role, "message's role")?;
             let tokens = if role == Role::Assistant { Some(self.tokens(id)?) } else { None };
             let stats = stats.map(|s| serde_json::from_str(&s)).transpose()?;
             // Settings a later version wrote in a shape this one cannot read: the label says them.
             let settings = settings.and_then(|s| serde_json::from_str(&s).ok());
-            messages.push(StoredMessage { id, role, content, tokens, stats, finish_reason, settings_label, settings });
+            let siblings = tree.siblings(id);
+            messages.push(StoredMessage {
+                id,
+                role,
+                content,
+                tokens,
+                stats,
+                finish_reason,
+                settings_label,
+                settings,
+                parent_id,
+                siblings,
+            });
         }
         Ok(messages)
     }
@@ -404,14 +474,29 @@ impl Store {
 
     fn touch(&self, id: i64, sql: &str, value: &str) -> Result<()> {
         match self.conn.execute(sql, params![id, value, now_ms()])? {
-            0 => Err(StoreError::NotFound(format!("No conversation {id}"))),
+            0 => Err(not_found(id)),
             _ => Ok(()),
         }
     }
 
+    /// Delete a conversation, undoably: it is gone from every list until
+    /// [`Store::restore_conversation`], and really deleted by [`Store::purge_deleted`].
     pub fn delete_conversation(&self, id: i64) -> Result<()> {
-        self.conn.execute("DELETE FROM conversations WHERE id = ?1", [id])?;
-        Ok(())
+        match self.conn.execute(
+            "UPDATE conversations SET deleted_at = ?2 WHERE id = ?1 AND deleted_at IS NULL",
+            params![id, now_ms()],
+        )? {
+            0 => Err(not_found(id)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Undo [`Store::delete_conversation`].
+    pub fn restore_conversation(&self, id: i64) -> Result<()> {
+        match self.conn.execute("UPDATE conversations SET deleted_at = NULL WHERE id = ?1", [id])? {
+            0 => Err(not_found(id)),
+            _ => Ok(()),
+        }
     }
 
     // ----- messages -----
@@ -432,6 +517,8 @@ impl Store {
         let settings_label = settings.map(AppSettings::label);
         let settings_json = settings.map(serde_json::to_string).transpose()?;
         let now = now_ms();
+        // It follows the last message the conversation shows.
+        let parent_id = self.current_path(conversation_id)?.last().copied();
         let tx = self.conn.transaction()?;
         let changed = tx.execute(
             "UPDATE conversations SET updated_at = ?2,
@@ -440,14 +527,15 @@ impl Store {
             params![conversation_id, now, NEW_TITLE, role_name, title_from(content)],
         )?;
         if changed == 0 {
-            return Err(StoreError::NotFound(format!("No conversation {conversation_id}")));
+            return Err(not_found(conversation_id));
         }
         tx.execute(
-            "INSERT INTO messages (conversation_id, role, content, settings_label, created_at, settings)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![conversation_id, role_name, content, settings_label, now, settings_json],
+            "INSERT INTO messages (conversation_id, role, content, settings_label, created_at, settings, parent_id)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![conversation_id, role_name, content, settings_label, now, settings_json, parent_id],
         )?;
         let id = tx.last_insert_rowid();
+        tx.execute("UPDATE conversations SET current_leaf = ?2 WHERE id = ?1", params![conversation_id, id])?;
         tx.commit()?;
         Ok(StoredMessage {
             id,
@@ -458,16 +546,113 @@ impl Store {
             finish_reason: None,
             settings_label,
             settings: settings.cloned(),
+            parent_id,
+            siblings: Vec::new(),
         })
     }
 
-    /// Delete a message and every later one in its conversation (regenerate, edit-and-resend).
-    pub fn truncate(&self, conversation_id: i64, from_message_id: i64) -> Result<()> {
-        self.conn.execute(
-            "DELETE FROM messages WHERE conversation_id = ?1 AND id >= ?2",
-            params![conversation_id, from_message_id],
-        )?;
+    /// The ids of the messages the conversation shows, first to last.
+    fn current_path(&self, conversation_id: i64) -> Result<Vec<i64>> {
+        let leaf = self.stored_leaf(conversation_id)?;
+        Ok(self.tree(conversation_id)?.path_to(leaf))
+    }
+
+    fn set_leaf(&self, conversation_id: i64, leaf: Option<i64>) -> Result<()> {
+        self.conn
+            .execute("UPDATE conversations SET current_leaf = ?2 WHERE id = ?1", params![conversation_id, leaf])?;
         Ok(())
+    }
+
+    /// The conversation's tree, checked to hold `message_id`.
+    fn tree_holding(&self, conversation_id: i64, message_id: i64) -> Result<Tree> {
+        self.stored_leaf(conversation_id)?;
+        let tree = self.tree(conversation_id)?;
+        match tree.contains(message_id) {
+            true => Ok(tree),
+            false => Err(StoreError::NotFound(format!("No message {message_id} in conversation {conversation_id}"))),
+        }
+    }
+
+    /// Show the conversation up to just before `message_id`, so that the next message added
+    /// becomes its sibling: Regenerate (before a reply) and Edit (before a question). Nothing
+    /// is deleted; the old branch stays one arrow away.
+    pub fn branch_before(&self, conversation_id: i64, message_id: i64) -> Result<()> {
+        let tree = self.tree_holding(conversation_id, message_id)?;
+        self.set_leaf(conversation_id, tree.parent(message_id))
+    }
+
+    /// Show the branch through `message_id`: down to the newest message under it.
+    pub fn show_branch(&self, conversation_id: i64, message_id: i64) -> Result<()> {
+        let tree = self.tree_holding(conversation_id, message_id)?;
+        let leaf = tree
+            .newest_under(Some(message_id))
+            .ok_or_else(|| StoreError::NotFound(format!("Message {message_id} is deleted")))?;
+        self.set_leaf(conversation_id, Some(leaf))
+    }
+
+    /// Delete a message and the branches under it, undoably ([`Store::restore_message`]); the
+    /// conversation then shows a sibling's branch, or stops above the deleted message.
+    pub fn delete_message(&self, conversation_id: i64, message_id: i64) -> Result<()> {
+        let tree = self.tree_holding(conversation_id, message_id)?;
+        let leaf = self.stored_leaf(conversation_id)?;
+        self.conn.execute("UPDATE messages SET deleted_at = ?2 WHERE id = ?1", params![message_id, now_ms()])?;
+        if leaf.is_some_and(|leaf| tree.is_under(leaf, message_id)) {
+            let tree = self.tree(conversation_id)?;
+            self.set_leaf(conversation_id, tree.newest_under(tree.parent(message_id)))?;
+        }
+        Ok(())
+    }
+
+    /// Undo [`Store::delete_message`]: the message is back, and its branch shown.
+    pub fn restore_message(&self, conversation_id: i64, message_id: i64) -> Result<()> {
+        self.tree_holding(conversation_id, message_id)?;
+        self.conn.execute("UPDATE messages SET deleted_at = NULL WHERE id = ?1", [message_id])?;
+        self.show_branch(conversation_id, message_id)
+    }
+
+    /// Really delete what was deleted undoably: when the Undo is dismissed, and at start.
+    /// Children go before their parents (ids grow down a branch), so no delete cascades down
+    /// a long branch at once.
+    pub fn purge_deleted(&mut self) -> Result<usize> {
+        let tx = self.conn.transaction()?;
+        let doomed: Vec<i64> = {
+            let mut stmt = tx.prepare(
+                "WITH RECURSIVE doomed(id) AS (
+                     SELECT id FROM messages WHERE deleted_at IS NOT NULL
+                        OR conversation_id IN (SELECT id FROM conversations WHERE deleted_at IS NOT NULL)
+                     UNION SELECT m.id FROM messages m JOIN doomed d ON m.parent_id = d.id)
+                 SELECT id FROM doomed ORDER BY id DESC",
+            )?;
+            let rows = stmt.query_map([], |r| r.get(0))?;
+            rows.collect::<rusqlite::Result<_>>()?
+        };
+        {
+            let mut delete = tx.prepare("DELETE FROM messages WHERE id = ?1")?;
+            for id in &doomed {
+                delete.execute([id])?;
+            }
+        }
+        let conversations = tx.execute("DELETE FROM conversations WHERE deleted_at IS NOT NULL", [])?;
+        tx.commit()?;
+        Ok(doomed.len() + conversations)
+    }
+
+    /// A new conversation holding the branch up to `message_id`, copied whole (tokens, stats
+    /// and settings): "Fork to a new chat". The original is untouched.
+    pub fn fork(&mut self, conversation_id: i64, message_id: i64) -> Result<Conversation> {
+        let tree = self.tree_holding(conversation_id, message_id)?;
+        let path = tree.path_to(Some(message_id));
+        if path.last() != Some(&message_id) {
+            return Err(StoreError::NotFound(format!("Message {message_id} is deleted")));
+        }
+        let source = self.conversation(conversation_id)?;
+        let mut archive = self.export_conversation(conversation_id, &path)?;
+        archive.source_id = new_uid(&self.conn)?;
+        archive.title = format!("{} (fork)", source.title);
+        archive.created_at = now_ms();
+        archive.updated_at = archive.created_at;
+        let imported = self.import(vec![archive])?;
+        self.conversation(imported.conversations[0])
     }
 
     /// Append streamed tokens to a reply, text and provenance together, in one transaction.
@@ -478,22 +663,7 @@ impl Store {
         let tx = self.conn.transaction()?;
         let start: i64 =
             tx.query_row("SELECT COUNT(*) FROM tokens WHERE message_id = ?1", [message_id], |r| r.get(0))?;
-        {
-            let mut insert = tx.prepare_cached(
-                "INSERT INTO tokens (message_id, position, token_id, text, source, p, q) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            )?;
-            for (i, t) in tokens.iter().enumerate() {
-                insert.execute(params![
-                    message_id,
-                    start + i as i64,
-                    t.id,
-                    t.text,
-                    stored_name(&t.source),
-                    t.p.map(f64::from),
-                    t.q.map(f64::from)
-                ])?;
-            }
-        }
+        archive::insert_tokens(&tx, message_id, start, tokens)?;
         let text: String = tokens.iter().map(|t| t.text.as_str()).collect();
         tx.execute("UPDATE messages SET content = content || ?2 WHERE id = ?1", params![message_id, text])?;
         tx.commit()?;
@@ -513,55 +683,17 @@ impl Store {
     // ----- recovery -----
 
     /// Copy everything in `session` (the history kept in memory while this file could not be
-    /// opened) into this one, in one transaction: its conversations with their messages and
-    /// tokens, under new ids, and its settings, which are newer than this file's.
+    /// opened) into this one, in one transaction: its conversations whole (trees, tokens,
+    /// stats), under new ids, and its settings, which are newer than this file's.
     pub fn absorb(&mut self, session: &Store) -> Result<()> {
-        let tx = self.conn.transaction()?;
-        let from = &session.conn;
-        let conversations = keyed_rows(
-            from,
-            "SELECT id, title, system_prompt, created_at, updated_at FROM conversations ORDER BY id",
-            [],
-        )?;
-        for (old_conversation, row) in conversations {
-            tx.execute(
-                "INSERT INTO conversations (title, system_prompt, created_at, updated_at) VALUES (?1, ?2, ?3, ?4)",
-                rusqlite::params_from_iter(row),
-            )?;
-            let conversation = tx.last_insert_rowid();
-            let messages = keyed_rows(
-                from,
-                "SELECT id, role, content, stats, finish_reason, settings_label, created_at, settings FROM messages
-                 WHERE conversation_id = ?1 ORDER BY id",
-                [old_conversation],
-            )?;
-            for (old_message, row) in messages {
-                let row = std::iter::once(Value::Integer(conversation)).chain(row);
-                tx.execute(
-                    "INSERT INTO messages (conversation_id, role, content, stats, finish_reason, settings_label, created_at, settings)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                    rusqlite::params_from_iter(row),
-                )?;
-                let message = tx.last_insert_rowid();
-                let tokens = keyed_rows(
-                    from,
-                    "SELECT position, token_id, text, source, p, q FROM tokens WHERE message_id = ?1",
-                    [old_message],
-                )?;
-                let mut insert = tx.prepare_cached(
-                    "INSERT INTO tokens (message_id, position, token_id, text, source, p, q) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                )?;
-                for (position, row) in tokens {
-                    let row = [Value::Integer(message), Value::Integer(position)].into_iter().chain(row);
-                    insert.execute(rusqlite::params_from_iter(row))?;
-                }
-            }
-        }
+        let conversations = session.export(&[])?.conversations;
         let settings: Vec<(String, String)> = {
-            let mut stmt = from.prepare("SELECT key, value FROM settings")?;
+            let mut stmt = session.conn.prepare("SELECT key, value FROM settings")?;
             let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
             rows.collect::<rusqlite::Result<_>>()?
         };
+        let tx = self.conn.transaction()?;
+        archive::insert(&tx, conversations)?;
         for (key, value) in settings {
             tx.execute(
                 "INSERT INTO settings (key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
@@ -599,27 +731,69 @@ impl Store {
     }
 }
 
-/// The rows `sql` selects, each split into its first column (an integer key) and the rest.
-fn keyed_rows(conn: &Connection, sql: &str, params: impl rusqlite::Params) -> Result<Vec<(i64, Vec<Value>)>> {
-    let mut stmt = conn.prepare(sql)?;
-    let columns = stmt.column_count();
-    let rows = stmt.query_map(params, |r| {
-        let rest = (1..columns).map(|i| r.get::<_, Value>(i)).collect::<rusqlite::Result<Vec<_>>>()?;
-        Ok((r.get(0)?, rest))
-    })?;
-    Ok(rows.collect::<rusqlite::Result<_>>()?)
-}
-
 /// Columns later versions added, added to a history an earlier one made (`CREATE TABLE IF
-/// NOT EXISTS` leaves an existing table as it was).
+/// NOT EXISTS` leaves an existing table as it was): (table, column, declaration).
+const ADDED_COLUMNS: [(&str, &str, &str); 6] = [
+    ("messages", "settings", "TEXT"),
+    ("messages", "parent_id", "INTEGER REFERENCES messages(id) ON DELETE CASCADE"),
+    ("messages", "deleted_at", "INTEGER"),
+    ("conversations", "current_leaf", "INTEGER"),
+    ("conversations", "deleted_at", "INTEGER"),
+    ("conversations", "uid", "TEXT"),
+];
+
 fn add_missing_columns(conn: &Connection) -> Result<()> {
-    let has_settings: bool =
-        conn.query_row("SELECT COUNT(*) FROM pragma_table_info('messages') WHERE name = 'settings'", [], |r| r.get(0))?;
-    if !has_settings {
-        conn.execute_batch("ALTER TABLE messages ADD COLUMN settings TEXT")?;
+    for (table, column, declaration) in ADDED_COLUMNS {
+        let present: bool = conn.query_row(
+            "SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = ?2",
+            params![table, column],
+            |r| r.get(0),
+        )?;
+        if !present {
+            conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {declaration}"))?;
+        }
     }
     Ok(())
 }
+
+/// `PRAGMA user_version` of a history whose messages form trees.
+const TREES: i64 = 2;
+
+/// A history from before messages formed trees becomes one, once and in one transaction:
+/// each message follows the one before it in its conversation, which shows its last.
+/// Conversations without an id of their own (made before ids, or in this version's first
+/// start) get one.
+fn migrate_to_trees(conn: &Connection) -> Result<()> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    let tx = conn.unchecked_transaction()?;
+    if version < TREES {
+        tx.execute_batch(&format!(
+            "UPDATE messages SET parent_id = (SELECT MAX(p.id) FROM messages p
+                 WHERE p.conversation_id = messages.conversation_id AND p.id < messages.id)
+             WHERE parent_id IS NULL;
+             UPDATE conversations SET current_leaf = (SELECT MAX(m.id) FROM messages m WHERE m.conversation_id = conversations.id);
+             PRAGMA user_version = {TREES};"
+        ))?;
+    }
+    tx.execute_batch(
+        "UPDATE conversations SET uid = 'specula:' || lower(hex(randomblob(16))) WHERE uid IS NULL;
+         CREATE INDEX IF NOT EXISTS messages_by_parent ON messages(parent_id);
+         CREATE UNIQUE INDEX IF NOT EXISTS conversations_by_uid ON conversations(uid);",
+    )?;
+    tx.commit()?;
+    Ok(())
+}
+
+fn not_found(conversation_id: i64) -> StoreError {
+    StoreError::NotFound(format!("No conversation {conversation_id}"))
+}
+
+/// A new conversation's own id, kept by exports so a second import is recognised.
+fn new_uid(conn: &Connection) -> Result<String> {
+    Ok(conn.query_row(NEW_UID, [], |r| r.get(0))?)
+}
+
+const NEW_UID: &str = "SELECT 'specula:' || lower(hex(randomblob(16)))";
 
 /// A value's name as the protocol spells it (its serde name): the store keeps roles and
 /// token sources under the names every other part uses, spelled in one place.
@@ -769,7 +943,7 @@ mod tests {
         assert_eq!(ids("100%"), [a.id]);
         assert_eq!(ids("he_per"), Vec::<i64>::new(), "LIKE wildcards in the query are literal");
         assert_eq!(ids("").len(), 2);
-        store.truncate(a.id, second.id).unwrap();
+        store.branch_before(a.id, second.id).unwrap();
         assert_eq!(store.conversation(a.id).unwrap().messages.len(), 1);
         store.delete_conversation(b.id).unwrap();
         assert!(matches!(store.conversation(b.id), Err(StoreError::NotFound(_))));
@@ -785,8 +959,14 @@ mod tests {
         let reply = store.add_message(c.id, Role::Assistant, "", None).unwrap();
         store.append_tokens(reply.id, &[token("x", Source::Target, None, None)]).unwrap();
         store.delete_conversation(c.id).unwrap();
+        assert!(store.conversations("").unwrap().is_empty());
+        store.restore_conversation(c.id).unwrap();
+        assert_eq!(store.conversation(c.id).unwrap().messages[0].tokens.as_ref().unwrap().len(), 1, "undone whole");
+        store.delete_conversation(c.id).unwrap();
+        store.purge_deleted().unwrap();
         let count: i64 = store.conn.query_row("SELECT COUNT(*) FROM tokens", [], |r| r.get(0)).unwrap();
         assert_eq!(count, 0);
+        assert!(matches!(store.restore_conversation(c.id), Err(StoreError::NotFound(_))));
     }
 
     #[test]
@@ -998,7 +1178,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("specula.db");
         let old = Connection::open(&path).unwrap();
-        old.execute_batch(&SCHEMA.replace(",\n    settings TEXT", "")).unwrap();
+        // The schema as the first release made it.
+        old.execute_batch(
+            "CREATE TABLE conversations (id INTEGER PRIMARY KEY, title TEXT NOT NULL,
+                 system_prompt TEXT NOT NULL DEFAULT '', created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL);
+             CREATE TABLE messages (id INTEGER PRIMARY KEY,
+                 conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+                 role TEXT NOT NULL, content TEXT NOT NULL, stats TEXT, finish_reason TEXT,
+                 settings_label TEXT, created_at INTEGER NOT NULL);",
+        )
+        .unwrap();
         old.execute_batch(
             "INSERT INTO conversations VALUES (1, 'Old', '', 0, 0);
              INSERT INTO messages (conversation_id, role, content, settings_label, created_at)

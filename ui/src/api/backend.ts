@@ -7,6 +7,8 @@ import type {
   Conversation,
   ConversationSummary,
   EngineStatus,
+  ExportFormat,
+  ImportSummary,
   Library,
   ModelEntry,
   ReplyEvent,
@@ -43,8 +45,24 @@ export interface Backend {
   setSystemPrompt(id: number, text: string): Promise<void>;
   deleteConversation(id: number): Promise<void>;
   addMessage(conversationId: number, role: Role, content: string): Promise<ChatMessage>;
-  /** Delete a message and every later one (regenerate, edit-and-resend). */
-  truncate(conversationId: number, fromMessageId: number): Promise<void>;
+  /** Show the conversation up to just before `messageId`: the next message added becomes its
+   *  sibling (Regenerate, Edit). Nothing is deleted. */
+  branchBefore(conversationId: number, messageId: number): Promise<void>;
+  /** Show the branch through `messageId` (the newest one under it); the conversation as shown. */
+  showBranch(conversationId: number, messageId: number): Promise<Conversation>;
+  /** A new conversation holding the branch up to `messageId`. */
+  fork(conversationId: number, messageId: number): Promise<Conversation>;
+  /** Delete a message and what follows it, undoably until `purgeDeleted`. */
+  deleteMessage(conversationId: number, messageId: number): Promise<void>;
+  restoreMessage(conversationId: number, messageId: number): Promise<void>;
+  /** Undo `deleteConversation`. */
+  restoreConversation(id: number): Promise<void>;
+  /** Delete for good what was deleted (the Undo was dismissed). */
+  purgeDeleted(): Promise<void>;
+  /** Write chats (none: all) to a file; says where. Where the transport keeps files. */
+  exportChats?(ids: number[], format: ExportFormat): Promise<string>;
+  /** Import a chat export (Specula, ChatGPT, Open WebUI, llama.cpp), all or nothing. */
+  importChats?(text: string): Promise<ImportSummary>;
 
   /** The key a server asks for (the HTTP transport only), kept where the transport keeps it. */
   apiKey?(): string;

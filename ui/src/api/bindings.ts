@@ -65,8 +65,55 @@ async deleteConversation(id: number) : Promise<null> {
 async addMessage(conversationId: number, role: Role, content: string) : Promise<StoredMessage> {
     return await TAURI_INVOKE("add_message", { conversationId, role, content });
 },
-async truncateMessages(conversationId: number, fromMessageId: number) : Promise<null> {
-    return await TAURI_INVOKE("truncate_messages", { conversationId, fromMessageId });
+/**
+ * Show the conversation up to just before `message_id`: the next message added is its
+ * sibling (Regenerate, Edit). Nothing is deleted.
+ */
+async branchBefore(conversationId: number, messageId: number) : Promise<null> {
+    return await TAURI_INVOKE("branch_before", { conversationId, messageId });
+},
+/**
+ * Show the branch through `message_id` (◀ ▶ between siblings).
+ */
+async showBranch(conversationId: number, messageId: number) : Promise<Conversation> {
+    return await TAURI_INVOKE("show_branch", { conversationId, messageId });
+},
+/**
+ * Delete a message and what follows it, undoably until [`purge_deleted`].
+ */
+async deleteMessage(conversationId: number, messageId: number) : Promise<null> {
+    return await TAURI_INVOKE("delete_message", { conversationId, messageId });
+},
+async restoreMessage(conversationId: number, messageId: number) : Promise<null> {
+    return await TAURI_INVOKE("restore_message", { conversationId, messageId });
+},
+async restoreConversation(id: number) : Promise<null> {
+    return await TAURI_INVOKE("restore_conversation", { id });
+},
+/**
+ * The Undo was dismissed: delete for good what was deleted.
+ */
+async purgeDeleted() : Promise<null> {
+    return await TAURI_INVOKE("purge_deleted");
+},
+/**
+ * A new chat holding the branch up to `message_id`.
+ */
+async forkConversation(conversationId: number, messageId: number) : Promise<Conversation> {
+    return await TAURI_INVOKE("fork_conversation", { conversationId, messageId });
+},
+/**
+ * Write chats `ids` (none: all) into the Downloads folder; returns the file written.
+ */
+async exportConversations(ids: number[], format: ExportFormat) : Promise<string> {
+    return await TAURI_INVOKE("export_conversations", { ids, format });
+},
+/**
+ * Import a chat export the window read (Specula, ChatGPT, Open WebUI or llama.cpp's web UI,
+ * told apart by its content), all or nothing.
+ */
+async importConversations(text: string) : Promise<ImportSummary> {
+    return await TAURI_INVOKE("import_conversations", { text });
 },
 /**
  * Start the assistant's reply to the conversation as stored; tokens stream over `on_event`.
@@ -345,6 +392,18 @@ export type ErrorCode =
  */
 export type ErrorInfo = { code: ErrorCode; message: string }
 /**
+ * How chats leave the app.
+ */
+export type ExportFormat = 
+/**
+ * Specula's archive: every branch, token provenance, stats and settings; imports exactly.
+ */
+"json" | 
+/**
+ * The current branch, readable.
+ */
+"markdown"
+/**
  * Why a reply ended.
  */
 export type FinishReason = 
@@ -361,6 +420,22 @@ export type GenerationStats = { prompt_tokens: number;
  * Prompt tokens whose cache was reused from the previous turn.
  */
 cached_prompt_tokens: number; generated_tokens: number; prefill_ms: number; decode_ms: number; tokens_per_second: number; speculative?: SpeculativeStats | null }
+/**
+ * What an import did.
+ */
+export type ImportSummary = { 
+/**
+ * The format the file was read as (`specula`, `chatgpt`, `openwebui`, `llamacpp`).
+ */
+format: string; 
+/**
+ * The new conversations' ids.
+ */
+imported: number[]; 
+/**
+ * Titles of conversations already in the history, not imported again.
+ */
+skipped: string[] }
 export type Mode = 
 /**
  * The most likely token.
@@ -556,7 +631,16 @@ settings_label?: string | null;
  * Those settings whole (replies stored since they were kept): what the reply's footer
  * reads, its k and whether a remote engine wrote it, whatever the settings are now.
  */
-settings?: AppSettings | null }
+settings?: AppSettings | null; 
+/**
+ * The message this one follows; none for the first of the conversation.
+ */
+parent_id?: number | null; 
+/**
+ * The messages that follow the same one as this (itself among them), oldest first: more
+ * than one after a Regenerate or an Edit, each the start of its own branch.
+ */
+siblings?: number[] }
 export type TokenEvent = { id: number; 
 /**
  * The text this token completes; empty while a UTF-8 character is still partial.

@@ -119,7 +119,7 @@ describe('HTTP transport', () => {
     expect((await backend.settings()).drafter).toBe('auto');
   });
 
-  it('keeps, renames, searches, truncates and deletes conversations', async () => {
+  it('keeps, renames, searches, branches, forks and deletes conversations, undoably', async () => {
     const backend = new HttpBackend('http://x', localStorage, fakeFetch('').fetcher);
     const a = await backend.createConversation();
     const b = await backend.createConversation();
@@ -129,10 +129,29 @@ describe('HTTP transport', () => {
     await backend.renameConversation(b.id, 'Recipes');
     expect((await backend.conversations('rust')).map((c) => c.id)).toEqual([a.id]);
     expect((await backend.conversations('recipes')).map((c) => c.id)).toEqual([b.id]);
-    await backend.truncate(a.id, second.id);
-    expect((await backend.conversation(a.id)).messages.map((m) => m.content)).toEqual(['about rust lifetimes']);
+    const texts = async () => (await backend.conversation(a.id)).messages.map((m) => m.content);
+    // Regenerate: the new reply is a sibling of the old one, which stays.
+    await backend.branchBefore(a.id, second.id);
+    expect(await texts()).toEqual(['about rust lifetimes']);
+    const again = await backend.addMessage(a.id, 'assistant', 'sure, again');
+    const shown = await backend.conversation(a.id);
+    expect(shown.messages[1].siblings).toEqual([second.id, again.id]);
+    expect((await backend.showBranch(a.id, second.id)).messages.map((m) => m.content)).toEqual(['about rust lifetimes', 'sure', 'more']);
+    // A fork copies the branch up to a message; the original keeps all of it.
+    const fork = await backend.fork(a.id, second.id);
+    expect([fork.title, fork.messages.map((m) => m.content)]).toEqual(['about rust lifetimes (fork)', ['about rust lifetimes', 'sure']]);
+    // Deletes are undoable until purged.
+    await backend.deleteMessage(a.id, second.id);
+    expect(await texts()).toEqual(['about rust lifetimes', 'sure, again']);
+    await backend.restoreMessage(a.id, second.id);
+    expect(await texts()).toEqual(['about rust lifetimes', 'sure', 'more']);
     await backend.deleteConversation(b.id);
-    expect((await backend.conversations()).map((c) => c.id)).toEqual([a.id]);
+    expect((await backend.conversations()).map((c) => c.id)).not.toContain(b.id);
+    await backend.restoreConversation(b.id);
+    expect((await backend.conversations()).map((c) => c.id)).toContain(b.id);
+    await backend.deleteConversation(b.id);
+    await backend.purgeDeleted();
+    await expect(backend.restoreConversation(b.id)).rejects.toMatchObject({ code: 'not_found' });
     await expect(backend.conversation(b.id)).rejects.toMatchObject({ code: 'not_found' });
   });
 });

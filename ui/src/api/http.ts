@@ -162,8 +162,26 @@ export class HttpBackend implements Backend {
   async addMessage(conversationId: number, role: Role, content: string): Promise<ChatMessage> {
     return this.store.addMessage(conversationId, { role, content });
   }
-  async truncate(conversationId: number, fromMessageId: number): Promise<void> {
-    this.store.truncate(conversationId, fromMessageId);
+  async branchBefore(conversationId: number, messageId: number): Promise<void> {
+    this.store.branchBefore(conversationId, messageId);
+  }
+  async showBranch(conversationId: number, messageId: number): Promise<Conversation> {
+    return this.store.showBranch(conversationId, messageId);
+  }
+  async fork(conversationId: number, messageId: number): Promise<Conversation> {
+    return this.store.fork(conversationId, messageId);
+  }
+  async deleteMessage(conversationId: number, messageId: number): Promise<void> {
+    this.store.deleteMessage(conversationId, messageId);
+  }
+  async restoreMessage(conversationId: number, messageId: number): Promise<void> {
+    this.store.restoreMessage(conversationId, messageId);
+  }
+  async restoreConversation(id: number): Promise<void> {
+    this.store.restore(id);
+  }
+  async purgeDeleted(): Promise<void> {
+    this.store.purge();
   }
 
   async openLink(url: string): Promise<void> {

@@ -18,6 +18,8 @@ import type {
   RecommendedPair,
   Diagnosis,
   EngineStatus,
+  ExportFormat,
+  ImportSummary,
   Library,
   ModelEntry,
   PullEvent,
@@ -130,8 +132,32 @@ export class TauriBackend implements Backend {
   addMessage(conversationId: number, role: Role, content: string): Promise<ChatMessage> {
     return call(commands.addMessage(conversationId, role, content));
   }
-  truncate(conversationId: number, fromMessageId: number): Promise<void> {
-    return run(commands.truncateMessages(conversationId, fromMessageId));
+  branchBefore(conversationId: number, messageId: number): Promise<void> {
+    return run(commands.branchBefore(conversationId, messageId));
+  }
+  showBranch(conversationId: number, messageId: number): Promise<Conversation> {
+    return call(commands.showBranch(conversationId, messageId));
+  }
+  fork(conversationId: number, messageId: number): Promise<Conversation> {
+    return call(commands.forkConversation(conversationId, messageId));
+  }
+  deleteMessage(conversationId: number, messageId: number): Promise<void> {
+    return run(commands.deleteMessage(conversationId, messageId));
+  }
+  restoreMessage(conversationId: number, messageId: number): Promise<void> {
+    return run(commands.restoreMessage(conversationId, messageId));
+  }
+  restoreConversation(id: number): Promise<void> {
+    return run(commands.restoreConversation(id));
+  }
+  purgeDeleted(): Promise<void> {
+    return run(commands.purgeDeleted());
+  }
+  exportChats(ids: number[], format: ExportFormat): Promise<string> {
+    return call(commands.exportConversations(ids, format));
+  }
+  importChats(text: string): Promise<ImportSummary> {
+    return call(commands.importConversations(text));
   }
 
   openLink(url: string): Promise<void> {

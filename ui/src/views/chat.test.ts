@@ -40,7 +40,8 @@ const conversation: Conversation = {
     // Stored before settings were kept: local, k auto.
     reply(4, { finish_reason: 'cancelled' }),
     { id: 5, role: 'user', content: 'And remotely' },
-    reply(6, { settings: remote, settings_label: 'remote qwen-32b @ gpu:8080 · greedy' }),
+    // The second of two answers to its question (a Regenerate made the other).
+    reply(6, { settings: remote, settings_label: 'remote qwen-32b @ gpu:8080 · greedy', siblings: [4, 6, 9] }),
   ],
 };
 
@@ -51,6 +52,9 @@ function chat(over: Partial<ChatHost> = {}) {
     replying: () => false,
     edit: (m) => void calls.push(['edit', m.id]),
     regenerate: async (id) => void calls.push(['regenerate', id]),
+    showBranch: async (id) => void calls.push(['branch', id]),
+    fork: async (id) => void calls.push(['fork', id]),
+    remove: async (m) => void calls.push(['delete', m.id]),
     openLink: async (url) => void calls.push(['link', url]),
     onError: (e) => {
       throw e;
@@ -65,24 +69,30 @@ const footers = () => [...document.querySelectorAll('#messages .message footer')
 describe('the chat view', () => {
   beforeEach(() => loadPage(indexHtml));
 
-  it('draws each reply with the figures and settings it was made with, Edit and one Regenerate', () => {
+  it('draws each reply with the figures and settings it was made with, its branches, and what can be done with it', () => {
     const { view, calls } = chat();
     view.show(conversation);
     expect($('#title').textContent).toBe('Greetings');
+    const asked = 'EditForkDelete';
+    const answered = 'RegenerateForkDelete';
     expect(footers()).toEqual([
-      'Edit',
-      `${summarize(stats, 4)} · draft model · k 4 · greedy`,
-      'Edit',
-      `${summarize(stats, 'auto')} · stopped`,
-      'Edit',
-      `${summarizeRemote(stats)} · remote qwen-32b @ gpu:8080 · greedy` + 'Regenerate',
+      asked,
+      `${summarize(stats, 4)} · draft model · k 4 · greedy${answered}`,
+      asked,
+      `${summarize(stats, 'auto')} · stopped${answered}`,
+      asked,
+      `${summarizeRemote(stats)} · remote qwen-32b @ gpu:8080 · greedy◀2/3▶${answered}`,
     ]);
     expect(summarize(stats, 4)).not.toBe(summarize(stats, 'auto'));
     // A user's text is text, never markup.
     expect(document.querySelector('.message.user .body')!.textContent).toBe('Say hi <b>');
     document.querySelectorAll<HTMLButtonElement>('#messages .edit')[1].click();
-    document.querySelector<HTMLButtonElement>('#messages .regenerate')!.click();
-    expect(calls).toEqual([['edit', 3], ['regenerate', 6]]);
+    document.querySelectorAll<HTMLButtonElement>('#messages .regenerate')[2].click();
+    document.querySelector<HTMLButtonElement>('#messages [aria-label="Next branch"]')!.click();
+    document.querySelector<HTMLButtonElement>('#messages [aria-label="Previous branch"]')!.click();
+    document.querySelectorAll<HTMLButtonElement>('#messages .fork')[1].click();
+    document.querySelectorAll<HTMLButtonElement>('#messages .delete')[0].click();
+    expect(calls).toEqual([['edit', 3], ['regenerate', 6], ['branch', 9], ['branch', 4], ['fork', 2], ['delete', 1]]);
   });
 
   it('colours the tokens, or reads the reply as markdown', () => {
@@ -102,7 +112,7 @@ describe('the chat view', () => {
     expect($('#title').textContent).toBe('Specula');
     expect($('#messages').textContent).toMatch(/^Start a conversation/);
     view.show({ ...conversation, messages: [reply(2, { finish_reason: null, stats: null })] });
-    expect(footers()).toEqual(['interruptedRegenerate']);
+    expect(footers()).toEqual(['interruptedRegenerateForkDelete']);
   });
 
   it('while a reply streams: its element follows the messages, with no Edit or Regenerate', () => {

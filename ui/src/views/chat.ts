@@ -1,11 +1,12 @@
-// The conversation: its title and messages, each reply with the figures and settings it was
-// made with, Edit under the user's messages and Regenerate under the last reply.
+// The conversation: its title and the messages of the branch it shows, each reply with the
+// figures and settings it was made with. Under each message: ◀ 2/3 ▶ where a Regenerate or an
+// Edit made siblings, Edit (questions) or Regenerate (replies), Fork and Delete.
 
 import type { ChatMessage, Conversation } from '../api/types';
 import { renderMarkdown } from '../render/markdown';
 import { summarize, summarizeRemote } from '../render/speed';
 import { renderTokens } from '../render/tokens';
-import { textButton } from './dom';
+import { iconButton, textButton } from './dom';
 
 export interface ChatParts {
   title: HTMLElement;
@@ -20,6 +21,12 @@ export interface ChatHost {
   replying(): boolean;
   edit(message: ChatMessage): void;
   regenerate(messageId: number): Promise<void>;
+  /** Show the branch through `messageId`, a sibling of one shown. */
+  showBranch(messageId: number): Promise<void>;
+  /** A new chat holding the branch up to `messageId`. */
+  fork(messageId: number): Promise<void>;
+  /** Delete `message` and what follows it (undoably). */
+  remove(message: ChatMessage): Promise<void>;
   openLink(url: string): Promise<void>;
   onError(error: unknown): void;
 }
@@ -61,7 +68,7 @@ export class ChatView {
     this.parts.title.textContent = conversation?.title ?? 'Specula';
     const messages = conversation?.messages ?? [];
     const root = this.parts.messages;
-    root.replaceChildren(...messages.map((m, i) => this.messageElement(m, i === messages.length - 1).element));
+    root.replaceChildren(...messages.map((m) => this.messageElement(m).element));
     if (messages.length === 0) {
       const empty = document.createElement('p');
       empty.className = 'empty';
@@ -73,7 +80,7 @@ export class ChatView {
 
   /** Add the element a streaming reply is drawn into, after the last message. */
   startReply(message: ChatMessage): LiveMessage {
-    const { element, body, summary } = this.messageElement(message, true);
+    const { element, body, summary } = this.messageElement(message);
     element.classList.add('streaming');
     this.parts.messages.querySelector(':scope > p.empty')?.remove();
     this.parts.messages.append(element);
@@ -85,7 +92,7 @@ export class ChatView {
     if (this.following) this.parts.messages.scrollTop = this.parts.messages.scrollHeight;
   }
 
-  private messageElement(m: ChatMessage, last: boolean): { element: HTMLElement; body: HTMLElement; summary?: HTMLElement } {
+  private messageElement(m: ChatMessage): { element: HTMLElement; body: HTMLElement; summary?: HTMLElement } {
     const element = document.createElement('article');
     element.className = `message ${m.role}`;
     element.dataset.id = String(m.id);
@@ -100,16 +107,47 @@ export class ChatView {
       summary.className = 'reply-summary';
       summary.textContent = this.replyFooter(m);
       footer.append(summary);
-      if (last && !this.host.replying()) footer.append(this.button('Regenerate', 'regenerate', () => this.host.regenerate(m.id)));
-    } else if (m.role === 'user' && !this.host.replying()) {
-      footer.append(this.button('Edit', 'edit', async () => this.host.edit(m)));
     }
+    if (!this.host.replying()) footer.append(...this.actions(m));
     element.append(footer);
     return { element, body, summary };
   }
 
+  /** What can be done with a message once no reply streams. */
+  private actions(m: ChatMessage): HTMLElement[] {
+    const actions: HTMLElement[] = [];
+    if ((m.siblings?.length ?? 0) > 1) actions.push(this.branches(m));
+    if (m.role === 'assistant') actions.push(this.button('Regenerate', 'regenerate', () => this.host.regenerate(m.id)));
+    if (m.role === 'user') actions.push(this.button('Edit', 'edit', async () => this.host.edit(m)));
+    actions.push(this.button('Fork', 'fork', () => this.host.fork(m.id)));
+    actions.push(this.button('Delete', 'delete', () => this.host.remove(m)));
+    return actions;
+  }
+
+  /** ◀ 2/3 ▶: which of its siblings this message is, and the way to the others. */
+  private branches(m: ChatMessage): HTMLElement {
+    const siblings = m.siblings ?? [];
+    const at = siblings.indexOf(m.id);
+    const span = document.createElement('span');
+    span.className = 'branches';
+    const go = (step: number) => () => {
+      const to = siblings[at + step];
+      if (to !== undefined) void this.host.showBranch(to).catch(this.host.onError);
+    };
+    const previous = iconButton('◀', 'Previous branch', go(-1));
+    previous.disabled = at <= 0;
+    const next = iconButton('▶', 'Next branch', go(1));
+    next.disabled = at >= siblings.length - 1;
+    const where = document.createElement('span');
+    where.className = 'branch-of';
+    where.textContent = `${at + 1}/${siblings.length}`;
+    span.append(previous, where, next);
+    return span;
+  }
+
   private fillBody(body: HTMLElement, m: ChatMessage): void {
-    if (m.role === 'assistant' && m.tokens && this.host.colours()) body.replaceChildren(renderTokens(m.tokens));
+    // An imported reply has its text but no tokens: it reads as markdown.
+    if (m.role === 'assistant' && m.tokens?.length && this.host.colours()) body.replaceChildren(renderTokens(m.tokens));
     else if (m.role === 'assistant') body.replaceChildren(renderMarkdown(m.content));
     else body.textContent = m.content;
   }

@@ -8,6 +8,7 @@ import type { AppearanceParts } from './appearance';
 import type { ChatParts } from './chat';
 import { composerParts, type ComposerParts } from './composer';
 import { $in } from './dom';
+import { exchangeParts, type ExchangeParts } from './exchange';
 import { settingsParts, type SettingsParts } from './settings';
 import { sidebarParts, type SidebarParts } from './sidebar';
 import { speedParts, type SpeedParts } from './speed-panel';
@@ -27,6 +28,8 @@ export interface Page {
   systemPrompt: SystemPromptParts;
   library: HTMLDialogElement;
   libraryButton: HTMLButtonElement;
+  toast: HTMLElement;
+  exchange: ExchangeParts;
 }
 
 export function findPage(doc: Document): Page {
@@ -50,5 +53,7 @@ export function findPage(doc: Document): Page {
     systemPrompt: systemPromptParts($<HTMLButtonElement>('#system-button'), $<HTMLDialogElement>('#system-dialog')),
     library: $<HTMLDialogElement>('#library-dialog'),
     libraryButton: $<HTMLButtonElement>('#library-button'),
+    toast: $('#toast'),
+    exchange: exchangeParts(doc),
   };
 }

@@ -14,7 +14,7 @@ const stats: GenerationStats = { prompt_tokens: 5, cached_prompt_tokens: 0, gene
 
 function reply(drafting = true) {
   const chat = new ChatView({ title: $('#title'), messages: $('#messages') }, {
-    colours: () => true, replying: () => true, edit: () => {}, regenerate: async () => {}, openLink: async () => {}, onError: () => {},
+    colours: () => true, replying: () => true, edit: () => {}, regenerate: async () => {}, showBranch: async () => {}, fork: async () => {}, remove: async () => {}, openLink: async () => {}, onError: () => {},
   });
   const notices: unknown[] = [];
   const live = new LiveReply(chat, new SpeedPanel(speedParts($('#speed-panel'))), {

@@ -18,7 +18,7 @@ function sidebar() {
     newChat: () => void calls.push(['new']),
     open: async (id) => void calls.push(['open', id]),
     rename: async (id, title) => void calls.push(['rename', id, title]),
-    remove: async (id) => void calls.push(['remove', id]),
+    remove: async (id, title) => void calls.push(['remove', id, title]),
     onError: (e) => {
       throw e;
     },
@@ -61,12 +61,10 @@ describe('the sidebar', () => {
     rename().click();
     expect(ask).toHaveBeenCalledWith('Rename conversation', 'Quick brown fox');
 
-    const sure = vi.spyOn(window, 'confirm').mockReturnValueOnce(false).mockReturnValueOnce(true);
-    const remove = () => rows()[0].querySelector<HTMLButtonElement>('[aria-label="Delete"]')!;
-    remove().click();
-    remove().click();
-    expect(sure).toHaveBeenCalledWith('Delete “Sum of a list”?');
+    // No question asked: the delete is undoable (the toast's Undo).
+    rows()[0].querySelector<HTMLButtonElement>('[aria-label="Delete"]')!.click();
     await settle();
-    expect(calls).toEqual([['open', 2], ['new'], ['rename', 2, 'Fox'], ['rename', 2, undefined], ['remove', 3]]);
+    expect(calls).toEqual([['open', 2], ['new'], ['rename', 2, 'Fox'], ['rename', 2, undefined], ['remove', 3, 'Sum of a list']]);
+    expect(rows()[0].querySelector('[aria-label="Export"]'), 'no export where the host has none').toBeNull();
   });
 });

@@ -1,5 +1,5 @@
-// The sidebar: New chat, the search box and the conversations that match it, each with Rename
-// and Delete.
+// The sidebar: New chat, the search box and the conversations that match it, each with Rename,
+// Export (where the transport keeps files) and Delete (undoable, so it asks nothing).
 
 import type { ConversationSummary } from '../api/types';
 import { $in, iconButton } from './dom';
@@ -26,12 +26,19 @@ export interface SidebarHost {
   open(id: number): Promise<void>;
   /** Rename (no title: the user cancelled) and redraw. */
   rename(id: number, title: string | undefined): Promise<void>;
-  /** Delete (the user confirmed) and redraw. */
-  remove(id: number): Promise<void>;
+  /** Delete (with an Undo offered) and redraw. */
+  remove(id: number, title: string): Promise<void>;
+  /** Offer to export the chat; absent where the transport cannot. */
+  exportChat?(id: number, title: string): void;
   onError(error: unknown): void;
 }
 
 export class Sidebar {
+  focusSearch(): void {
+    this.parts.search.focus();
+    this.parts.search.select();
+  }
+
   /** The open conversation, marked in the list. */
   private current: number | null = null;
 
@@ -62,10 +69,10 @@ export class Sidebar {
       const title = prompt('Rename conversation', c.title)?.trim();
       this.host.rename(c.id, title).catch(this.host.onError);
     });
-    const remove = iconButton('×', 'Delete', () => {
-      if (confirm(`Delete “${c.title}”?`)) this.host.remove(c.id).catch(this.host.onError);
-    });
-    li.append(open, rename, remove);
+    const remove = iconButton('×', 'Delete', () => void this.host.remove(c.id, c.title).catch(this.host.onError));
+    const exportChat = this.host.exportChat;
+    if (exportChat) li.append(open, rename, iconButton('⇩', 'Export', () => exportChat(c.id, c.title)), remove);
+    else li.append(open, rename, remove);
     return li;
   }
 }

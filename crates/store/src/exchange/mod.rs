@@ -130,7 +130,44 @@ pub fn check(conversation: &ArchivedConversation, at: &str) -> Result<(), Import
         }
     }
     match conversation.current {
-        Some(current) if !seen.contains(&current) => bad(format!("its current message {current} is not one of its messages")),
+        Some(current) if !seen.contains(&current) => {
+            bad(format!("its current message {current} is not one of its messages"))
+        }
         _ => Ok(()),
     }
+}
+
+pub mod chatgpt;
+mod json;
+pub mod llamacpp;
+pub mod markdown;
+pub mod openwebui;
+mod read;
+mod tree;
+
+pub use read::{read, ImportFormat};
+
+/// Write `archive` as Specula JSON: stable bytes for the same history (keys, not database
+/// ids), so an export, imported elsewhere and exported again, is the same file.
+pub fn write_archive(archive: &Archive, out: impl std::io::Write) -> std::io::Result<()> {
+    let mut out = std::io::BufWriter::new(out);
+    serde_json::to_writer_pretty(&mut out, archive)?;
+    std::io::Write::write_all(&mut out, b"\n")?;
+    std::io::Write::flush(&mut out)
+}
+
+/// Read a Specula archive, refusing a newer version or another format.
+pub fn read_archive(input: impl std::io::Read) -> Result<Vec<ArchivedConversation>, ImportError> {
+    let archive: Archive = serde_json::from_reader(std::io::BufReader::new(input))
+        .map_err(|e| ImportError(format!("not a Specula archive: {e}")))?;
+    if archive.format != ARCHIVE_FORMAT {
+        return Err(ImportError(format!("its format is `{}`, not `{ARCHIVE_FORMAT}`", archive.format)));
+    }
+    if archive.version > ARCHIVE_VERSION {
+        return Err(ImportError(format!(
+            "it is version {} of the archive, newer than this Specula reads ({ARCHIVE_VERSION}): update Specula",
+            archive.version
+        )));
+    }
+    Ok(archive.conversations)
 }

@@ -1,0 +1,134 @@
+//! `specula chats`: the desktop app's history from the terminal, to back it up, move it, or
+//! script it. It opens the same SQLite file the app does (its data folder, or
+//! `SPECULA_DATA_DIR`), so both can run at once: SQLite's locks keep them apart.
+
+use crate::safe_text::printable;
+use clap::{Args, Subcommand, ValueEnum};
+use specula_engine::protocol::ExportFormat;
+use specula_store::exchange::{read, ImportFormat};
+use specula_store::Store;
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+#[derive(Args)]
+pub struct ChatsArgs {
+    #[command(subcommand)]
+    command: ChatsCommand,
+    /// The app's data folder; default: SPECULA_DATA_DIR, or the folder the app uses.
+    #[arg(long, global = true)]
+    data_dir: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum ChatsCommand {
+    /// The chats, newest first: id, last change, title.
+    List,
+    /// Write chats to a file (or stdout): every chat unless --id names some.
+    Export {
+        /// A chat to export (repeat for several); default: all.
+        #[arg(long)]
+        id: Vec<i64>,
+        /// json: Specula's archive (every branch, token provenance, stats; imports exactly).
+        /// md: the branch shown, to read.
+        #[arg(long, value_enum, default_value_t = Format::Json)]
+        format: Format,
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
+    /// Import an export: Specula's, ChatGPT's conversations.json, Open WebUI's or llama.cpp's
+    /// web UI's. All or nothing; chats already here (the same source id) are skipped.
+    Import {
+        file: PathBuf,
+        /// The file's format; default: told from its content.
+        #[arg(long, value_enum)]
+        format: Option<Source>,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    Json,
+    Md,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Source {
+    Specula,
+    Chatgpt,
+    Openwebui,
+    Llamacpp,
+}
+
+impl From<Source> for ImportFormat {
+    fn from(source: Source) -> Self {
+        match source {
+            Source::Specula => ImportFormat::Specula,
+            Source::Chatgpt => ImportFormat::ChatGpt,
+            Source::Openwebui => ImportFormat::OpenWebUi,
+            Source::Llamacpp => ImportFormat::LlamaCpp,
+        }
+    }
+}
+
+pub fn chats(args: ChatsArgs) -> Result<(), String> {
+    let dir = args.data_dir.or_else(specula_store::data_dir).ok_or("no data folder: set SPECULA_DATA_DIR")?;
+    let path = specula_store::history_file(&dir);
+    let opened = |create: bool| -> Result<Store, String> {
+        if !create && !path.exists() {
+            return Err(format!("{}: no chat history there yet", printable(&path.display().to_string())));
+        }
+        Store::open(&path).map_err(|e| format!("{}: {}", printable(&path.display().to_string()), e.plainly()))
+    };
+    match args.command {
+        ChatsCommand::List => list(&opened(false)?),
+        ChatsCommand::Export { id, format, output } => export(&opened(false)?, &id, format, output.as_deref()),
+        ChatsCommand::Import { file, format } => import(&mut opened(true)?, &file, format.map(Into::into)),
+    }
+}
+
+fn list(store: &Store) -> Result<(), String> {
+    let mut out = std::io::stdout().lock();
+    for c in store.conversations("").map_err(|e| e.to_string())? {
+        let when =
+            chrono::DateTime::from_timestamp_millis(c.updated_at).map(|t| t.format("%Y-%m-%d %H:%M").to_string());
+        writeln!(out, "{:>6}  {}  {}", c.id, when.unwrap_or_default(), printable(&c.title))
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+fn export(store: &Store, ids: &[i64], format: Format, output: Option<&Path>) -> Result<(), String> {
+    let format = match format {
+        Format::Json => ExportFormat::Json,
+        Format::Md => ExportFormat::Markdown,
+    };
+    let Some(path) = output else {
+        let mut text = Vec::new();
+        store.export_to(ids, format, &mut text).map_err(|e| e.to_string())?;
+        let text = String::from_utf8_lossy(&text);
+        // On a terminal a message's text is shown, never obeyed; a pipe gets it exact.
+        let shown = if std::io::stdout().is_terminal() { printable(&text) } else { text };
+        return std::io::stdout().lock().write_all(shown.as_bytes()).map_err(|e| e.to_string());
+    };
+    let file = std::fs::File::create(path).map_err(|e| format!("{}: {e}", printable(&path.display().to_string())))?;
+    if let Err(e) = store.export_to(ids, format, file) {
+        std::fs::remove_file(path).ok(); // no half-written export left to be taken for a whole one
+        return Err(e.to_string());
+    }
+    eprintln!("exported to {}", printable(&path.display().to_string()));
+    Ok(())
+}
+
+fn import(store: &mut Store, file: &Path, format: Option<ImportFormat>) -> Result<(), String> {
+    let name = printable(&file.display().to_string()).into_owned();
+    let input = std::fs::File::open(file).map_err(|e| format!("{name}: {e}"))?;
+    let (format, conversations) = read(input, format).map_err(|e| format!("{name}: nothing imported: {e}"))?;
+    let imported = store.import(conversations).map_err(|e| format!("{name}: nothing imported: {e}"))?;
+    println!(
+        "imported {} chat(s) from {name} ({}); {} already here, skipped",
+        imported.conversations.len(),
+        format.name(),
+        imported.skipped.len()
+    );
+    Ok(())
+}

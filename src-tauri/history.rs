@@ -1,0 +1,133 @@
+//! The commands that shape a conversation's tree (branches, forks, undoable deletes) and move
+//! chats in and out of the app. The tree itself lives in specula-store.
+
+use crate::access::with_store;
+use crate::error::{CommandResult, ErrorCode, ErrorInfo};
+use crate::AppState;
+use specula_engine::protocol::{ExportFormat, ImportSummary};
+use specula_store::Conversation;
+use std::path::{Path, PathBuf};
+use tauri::{Manager, State};
+
+/// Show the conversation up to just before `message_id`: the next message added is its
+/// sibling (Regenerate, Edit). Nothing is deleted.
+#[tauri::command]
+#[specta::specta]
+pub fn branch_before(state: State<'_, AppState>, conversation_id: i64, message_id: i64) -> CommandResult<()> {
+    with_store(&state, |s| s.branch_before(conversation_id, message_id))
+}
+
+/// Show the branch through `message_id` (◀ ▶ between siblings).
+#[tauri::command]
+#[specta::specta]
+pub fn show_branch(state: State<'_, AppState>, conversation_id: i64, message_id: i64) -> CommandResult<Conversation> {
+    with_store(&state, |s| s.show_branch(conversation_id, message_id).and_then(|()| s.conversation(conversation_id)))
+}
+
+/// Delete a message and what follows it, undoably until [`purge_deleted`].
+#[tauri::command]
+#[specta::specta]
+pub fn delete_message(state: State<'_, AppState>, conversation_id: i64, message_id: i64) -> CommandResult<()> {
+    with_store(&state, |s| s.delete_message(conversation_id, message_id))
+}
+
+#[tauri::command]
+#[specta::specta]
+pub fn restore_message(state: State<'_, AppState>, conversation_id: i64, message_id: i64) -> CommandResult<()> {
+    with_store(&state, |s| s.restore_message(conversation_id, message_id))
+}
+
+#[tauri::command]
+#[specta::specta]
+pub fn restore_conversation(state: State<'_, AppState>, id: i64) -> CommandResult<()> {
+    with_store(&state, |s| s.restore_conversation(id))
+}
+
+/// The Undo was dismissed: delete for good what was deleted.
+#[tauri::command]
+#[specta::specta]
+pub fn purge_deleted(state: State<'_, AppState>) -> CommandResult<()> {
+    with_store(&state, |s| s.purge_deleted().map(drop))
+}
+
+/// A new chat holding the branch up to `message_id`.
+#[tauri::command]
+#[specta::specta]
+pub fn fork_conversation(
+    state: State<'_, AppState>,
+    conversation_id: i64,
+    message_id: i64,
+) -> CommandResult<Conversation> {
+    with_store(&state, |s| s.fork(conversation_id, message_id))
+}
+
+/// Write chats `ids` (none: all) into the Downloads folder; returns the file written.
+#[tauri::command]
+#[specta::specta]
+pub fn export_conversations(
+    app: tauri::AppHandle,
+    state: State<'_, AppState>,
+    ids: Vec<i64>,
+    format: ExportFormat,
+) -> CommandResult<String> {
+    let folder =
+        app.path().download_dir().or_else(|_| app.path().home_dir()).map_err(|e| {
+            ErrorInfo::new(ErrorCode::Storage, format!("There is no Downloads folder to export to: {e}"))
+        })?;
+    let title = match ids.as_slice() {
+        [one] => with_store(&state, |s| s.conversation(*one))?.title,
+        _ => "chats".into(),
+    };
+    let path = free_name(&folder, &title, format);
+    let file = std::fs::File::create(&path)
+        .map_err(|e| ErrorInfo::new(ErrorCode::Storage, format!("{}: cannot be written: {e}", path.display())))?;
+    with_store(&state, |s| s.export_to(&ids, format, file))?;
+    Ok(path.display().to_string())
+}
+
+/// `specula-<title>.<ext>` in `folder`, numbered when taken; the title's characters that file
+/// systems refuse are replaced.
+fn free_name(folder: &Path, title: &str, format: ExportFormat) -> PathBuf {
+    let extension = match format {
+        ExportFormat::Json => "json",
+        ExportFormat::Markdown => "md",
+    };
+    let safe: String =
+        title.chars().map(|c| if c.is_alphanumeric() || c == '-' || c == ' ' { c } else { '_' }).take(60).collect();
+    let stem = format!("specula-{}", safe.trim());
+    let mut path = folder.join(format!("{stem}.{extension}"));
+    let mut n = 2;
+    while path.exists() {
+        path = folder.join(format!("{stem} ({n}).{extension}"));
+        n += 1;
+    }
+    path
+}
+
+/// Import a chat export the window read (Specula, ChatGPT, Open WebUI or llama.cpp's web UI,
+/// told apart by its content), all or nothing.
+#[tauri::command]
+#[specta::specta]
+pub fn import_conversations(state: State<'_, AppState>, text: String) -> CommandResult<ImportSummary> {
+    let (format, conversations) = specula_store::exchange::read(text.as_bytes(), None)
+        .map_err(|e| ErrorInfo::new(ErrorCode::InvalidRequest, format!("This file cannot be imported: {e}")))?;
+    let imported = with_store(&state, |s| s.import(conversations))?;
+    Ok(ImportSummary { format: format.name().into(), imported: imported.conversations, skipped: imported.skipped })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_export_never_overwrites_a_file_and_its_name_is_safe() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = free_name(dir.path(), "a/b: ../c", ExportFormat::Markdown);
+        assert_eq!(first.file_name().unwrap(), "specula-a_b_ ___c.md");
+        std::fs::write(&first, "x").unwrap();
+        assert_eq!(
+            free_name(dir.path(), "a/b: ../c", ExportFormat::Markdown).file_name().unwrap(),
+            "specula-a_b_ ___c (2).md"
+        );
+    }
+}
