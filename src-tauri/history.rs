@@ -109,9 +109,9 @@ fn free_name(folder: &Path, title: &str, format: ExportFormat) -> PathBuf {
 #[tauri::command]
 #[specta::specta]
 pub fn import_conversations(state: State<'_, AppState>, text: String) -> CommandResult<ImportSummary> {
-    let (format, conversations) = specula_store::exchange::read(text.as_bytes(), None)
-        .map_err(|e| ErrorInfo::new(ErrorCode::InvalidRequest, format!("This file cannot be imported: {e}")))?;
-    let imported = with_store(&state, |s| s.import(conversations))?;
+    let (format, imported) = with_store(&state, |s| s.import_from(text.as_bytes(), None)).map_err(|e| {
+        ErrorInfo::new(e.code, format!("This file cannot be imported, and nothing of it was: {}", e.message))
+    })?;
     Ok(ImportSummary { format: format.name().into(), imported: imported.conversations, skipped: imported.skipped })
 }
 

@@ -135,6 +135,45 @@ test('the next reply uses the k and drafter chosen in settings', async () => {
   assert.ok(stats.k_max <= 2, `k_max ${stats.k_max}`);
 });
 
+test('Regenerate keeps every answer: ◀ 2/3 ▶ switches back to the first, Fork copies a branch, a delete offers Undo', async () => {
+  const id = await wd.execute("return Number(document.querySelector('#conversation-list li.current').dataset.id)");
+  const lastReply = "[...document.querySelectorAll('#messages .message.assistant')].pop()";
+  for (const k of ['3', '4']) {
+    await setSettings({ k });
+    const replies = await wd.execute('return Number(document.body.dataset.replies ?? 0)');
+    await wd.execute(`${lastReply}.querySelector('.regenerate').click()`);
+    await wd.waitFor(`return Number(document.body.dataset.replies ?? 0) > ${replies}`, { timeout: 180_000, what: 'the regenerated reply' });
+  }
+  assert.equal(await lastReplyText('.branch-of'), '3/3');
+  assert.match(await lastReplyText('.reply-summary'), /k 4 · greedy/);
+  writeFileSync(join(ARTIFACTS, 'app-branches.png'), await wd.screenshot());
+  // Back to the first answer, the one made with k 2, one ◀ at a time.
+  for (const at of ['2/3', '1/3']) {
+    await wd.execute(`${lastReply}.querySelector('[aria-label="Previous branch"]').click()`);
+    await wd.waitFor(`return ${lastReply}.querySelector('.branch-of')?.textContent === '${at}'`, { what: `branch ${at}` });
+  }
+  assert.match(await lastReplyText('.reply-summary'), /prompt lookup · k 2 · greedy/);
+  const { value: conversation } = await invoke('get_conversation', { id });
+  const first = conversation.messages.at(-1);
+  assert.equal(first.siblings.length, 3, 'all three answers kept');
+  assert.equal(first.id, first.siblings[0], 'the history shows the first answer again');
+  assert.ok(first.tokens.length > 0, 'with its tokens and their provenance');
+
+  // Fork the chat at its question: a new chat with that question alone.
+  await wd.execute("document.querySelector('#messages .message.user .fork').click()");
+  await wd.waitFor("return document.querySelector('#title').textContent.endsWith('(fork)')", { what: 'the fork' });
+  assert.equal(await wd.execute("return document.querySelectorAll('#messages .message').length"), 1);
+  writeFileSync(join(ARTIFACTS, 'app-fork.png'), await wd.screenshot());
+  // Delete the fork: an Undo brings it back.
+  await wd.execute(`document.querySelector('#conversation-list li.current [aria-label="Delete"]').click()`);
+  await wd.waitFor("return !document.querySelector('#toast').hidden", { what: 'the Undo toast' });
+  writeFileSync(join(ARTIFACTS, 'app-undo.png'), await wd.screenshot());
+  await wd.execute("document.querySelector('#toast .undo').click()");
+  await wd.waitFor("return document.querySelector('#title').textContent.endsWith('(fork)')", { what: 'the fork back' });
+  await wd.execute(`[...document.querySelectorAll('#conversation-list li .open')].find((b) => !b.textContent.endsWith('(fork)')).click()`);
+  await wd.waitFor(`return ${lastReply}.querySelector('.branch-of')?.textContent === '1/3'`, { what: 'the first chat again' });
+});
+
 test('bad models, bad drafts and long prompts give readable errors and the app keeps working', async () => {
   const { value: offered } = await invoke('list_models', { target: null });
   const broken = offered.find((m) => m.path.endsWith('broken.gguf'));

@@ -5,7 +5,7 @@
 use crate::safe_text::printable;
 use clap::{Args, Subcommand, ValueEnum};
 use specula_engine::protocol::ExportFormat;
-use specula_store::exchange::{read, ImportFormat};
+use specula_store::exchange::ImportFormat;
 use specula_store::Store;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -122,8 +122,7 @@ fn export(store: &Store, ids: &[i64], format: Format, output: Option<&Path>) -> 
 fn import(store: &mut Store, file: &Path, format: Option<ImportFormat>) -> Result<(), String> {
     let name = printable(&file.display().to_string()).into_owned();
     let input = std::fs::File::open(file).map_err(|e| format!("{name}: {e}"))?;
-    let (format, conversations) = read(input, format).map_err(|e| format!("{name}: nothing imported: {e}"))?;
-    let imported = store.import(conversations).map_err(|e| format!("{name}: nothing imported: {e}"))?;
+    let (format, imported) = store.import_from(input, format).map_err(|e| format!("{name}: nothing imported: {e}"))?;
     println!(
         "imported {} chat(s) from {name} ({}); {} already here, skipped",
         imported.conversations.len(),

@@ -1,7 +1,9 @@
 //! The history as archives ([`Archive`]): what `export` writes and `import` reads, the whole
 //! tree of each conversation with every token's provenance, stats and settings.
 
-use crate::exchange::{check, Archive, ArchivedConversation, ArchivedMessage, ARCHIVE_FORMAT, ARCHIVE_VERSION};
+use crate::exchange::{
+    check, Archive, ArchivedConversation, ArchivedMessage, ImportError, ImportFormat, ARCHIVE_FORMAT, ARCHIVE_VERSION,
+};
 use crate::{stored_name, Result, Store, StoreError, NEW_TITLE};
 use rusqlite::{params, OptionalExtension, Transaction};
 use specula_protocol::{ExportFormat, TokenEvent};
@@ -87,19 +89,56 @@ impl Store {
         tx.commit()?;
         Ok(imported)
     }
+
+    /// Import a file as `format` (none: as its content shows), all or nothing: each
+    /// conversation is written as it is read, inside one transaction that a bad entry or a
+    /// failed write rolls back. A large export is never held whole in memory.
+    pub fn import_from(
+        &mut self,
+        input: impl std::io::Read,
+        format: Option<ImportFormat>,
+    ) -> Result<(ImportFormat, Imported)> {
+        let tx = self.conn.transaction()?;
+        let mut imported = Imported::default();
+        let mut failed = None;
+        let read = crate::exchange::each(
+            input,
+            format,
+            Box::new(|c| {
+                insert_one(&tx, c, &mut imported).map_err(|e| {
+                    failed = Some(e);
+                    ImportError("the history refused a write".into())
+                })
+            }),
+        );
+        if let Some(failed) = failed {
+            return Err(failed);
+        }
+        let format = read.map_err(|e| StoreError::Invalid(e.0))?;
+        tx.commit()?;
+        Ok((format, imported))
+    }
 }
 
 /// Write checked conversations inside `tx`.
 pub(crate) fn insert(tx: &Transaction, conversations: Vec<ArchivedConversation>) -> Result<Imported> {
     let mut imported = Imported::default();
     for c in conversations {
+        insert_one(tx, c, &mut imported)?;
+    }
+    Ok(imported)
+}
+
+/// Write one checked conversation inside `tx`, or skip it when it is already here.
+fn insert_one(tx: &Transaction, c: ArchivedConversation, imported: &mut Imported) -> Result<()> {
+    {
         let known = tx
             .query_row("SELECT 1 FROM conversations WHERE uid = ?1", [&c.source_id], |_| Ok(()))
             .optional()?
             .is_some();
         if known {
             imported.skipped.push(c.title);
-            continue;
+            return Ok(());
         }
         let title = if c.title.trim().is_empty() { NEW_TITLE } else { c.title.as_str() };
         tx.execute(
@@ -116,7 +155,7 @@ pub(crate) fn insert(tx: &Transaction, conversations: Vec<ArchivedConversation>)
         tx.execute("UPDATE conversations SET current_leaf = ?2 WHERE id = ?1", params![conversation, leaf])?;
         imported.conversations.push(conversation);
     }
-    Ok(imported)
+    Ok(())
 }
 
 fn insert_message(tx: &Transaction, conversation: i64, parent: Option<i64>, m: &ArchivedMessage) -> Result<i64> {

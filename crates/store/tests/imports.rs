@@ -67,3 +67,20 @@ fn a_chatgpt_export_with_branches_imports_whole_and_round_trips_through_an_archi
     write_archive(&fresh.export(&[]).unwrap(), &mut second_export).unwrap();
     assert!(first_export == second_export, "the archive changed on its way through a fresh history");
 }
+
+#[test]
+fn a_streamed_import_that_meets_a_bad_conversation_late_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path().join("specula.db")).unwrap();
+    let mut file: serde_json::Value = serde_json::from_reader(fixture("chatgpt-conversations.json")).unwrap();
+    // The last conversation's first message follows itself: found only after the others were
+    // written inside the import's transaction.
+    let last = file.as_array_mut().unwrap().last_mut().unwrap();
+    let first = last["mapping"].as_object().unwrap().keys().next().unwrap().clone();
+    last["mapping"][&first]["parent"] = first.clone().into();
+    let refused = store.import_from(file.to_string().as_bytes(), None).unwrap_err().to_string();
+    assert!(refused.contains("conversation 4"), "{refused}");
+    assert!(store.conversations("").unwrap().is_empty(), "rolled back whole");
+    let (format, imported) = store.import_from(fixture("chatgpt-conversations.json"), None).unwrap();
+    assert_eq!((format, imported.conversations.len()), (ImportFormat::ChatGpt, 3));
+}

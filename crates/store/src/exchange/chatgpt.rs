@@ -43,9 +43,13 @@ use super::{ArchivedConversation, ImportError};
 
 /// Reads a `conversations.json`.
 pub fn read(reader: impl Read) -> Result<Vec<ArchivedConversation>, ImportError> {
-    let mut collector = Collector::default();
-    json::read_list(reader, |n, raw: RawConversation| collector.add(n, foreign(n, raw)?))?;
-    Ok(collector.conversations)
+    super::collect(|take| each(reader, take))
+}
+
+/// Hands each conversation to `take` as it is read, checked.
+pub fn each(reader: impl Read, take: super::Take<'_>) -> Result<(), ImportError> {
+    let mut collector = Collector::new(take);
+    json::read_list(reader, |n, raw: RawConversation| collector.add(n, foreign(n, raw)?))
 }
 
 #[derive(Deserialize)]

@@ -12,7 +12,7 @@ use serde::de::{self, DeserializeOwned, Deserializer as _, MapAccess, SeqAccess,
 use serde::Deserialize;
 use serde_json::error::Category;
 
-use super::ImportError;
+use super::{ImportError, MAX_MESSAGES_PER_CONVERSATION, MAX_MESSAGE_BYTES};
 
 /// The reader, buffered (serde_json reads byte by byte) and past a UTF-8 byte order mark,
 /// which Windows editors add and serde_json would refuse.
@@ -86,6 +86,8 @@ pub(crate) fn json_error(error: &serde_json::Error, at: Option<&str>) -> ImportE
         (Category::Eof, _) => format!("the file ends early{within}: {error}"),
         (Category::Syntax, _) => format!("the file is not JSON{within}: {error}"),
         (Category::Io, _) => format!("the file cannot be read{within}: {error}"),
+        // Past a bound ("more than …"): no field is wrong, the conversation is too big.
+        (Category::Data, Some(at)) if error.to_string().contains("more than") => format!("{at}: {error}"),
         (Category::Data, Some(at)) => format!("{at}: a field has the wrong type or is missing: {error}"),
         (Category::Data, None) => format!("the file is not a list of conversations: {error}"),
     })
@@ -164,6 +166,12 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Entries<T> {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Entries<T>, A::Error> {
                 let mut entries = Vec::new();
                 while let Some(entry) = map.next_entry()? {
+                    // Refused as it is read: a million nodes must not be held first.
+                    if entries.len() == MAX_ENTRIES {
+                        return Err(de::Error::custom(format!(
+                            "more than {MAX_ENTRIES} messages in one conversation (at most {MAX_MESSAGES_PER_CONVERSATION} are kept)"
+                        )));
+                    }
                     entries.push(entry);
                 }
                 Ok(Entries(entries))
@@ -173,19 +181,92 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Entries<T> {
     }
 }
 
+/// How many entries a conversation's object of messages may have: the messages a conversation
+/// may hold, and as many again for the nodes an import leaves out (hidden, tool, empty).
+const MAX_ENTRIES: usize = 2 * MAX_MESSAGES_PER_CONVERSATION;
+
 /// Text or nothing, for a value that may hold either: a ChatGPT message's `parts` mix text
 /// with objects (an image, a sound) and the odd `null`, none of which is text of the chat.
+/// Read without buffering the value (an untagged enum would copy it first) and bounded.
 pub(crate) fn lenient_text<'de, D: de::Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Text {
-        Text(String),
-        Other(de::IgnoredAny),
+    deserializer.deserialize_any(TextVisitor { lenient: true })
+}
+
+/// A text field, or null; longer than a message may be is refused as it is read, before a
+/// copy of it is made.
+pub(crate) fn bounded_text<'de, D: de::Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    deserializer.deserialize_option(TextVisitor { lenient: false })
+}
+
+struct TextVisitor {
+    /// Whether a value that is not text reads as none (rather than an error).
+    lenient: bool,
+}
+
+impl TextVisitor {
+    fn not_text<E: de::Error>(&self, what: de::Unexpected) -> Result<Option<String>, E> {
+        match self.lenient {
+            true => Ok(None),
+            false => Err(E::invalid_type(what, self)),
+        }
     }
-    Ok(match Text::deserialize(deserializer)? {
-        Text::Text(text) => Some(text),
-        Text::Other(_) => None,
-    })
+}
+
+/// The text, unless it is longer than a message may be.
+fn bounded<E: de::Error>(text: &str) -> Result<(), E> {
+    match text.len() > MAX_MESSAGE_BYTES {
+        true => Err(E::custom(format!(
+            "a text of {} MiB, more than the {} MiB a message may be",
+            text.len() >> 20,
+            MAX_MESSAGE_BYTES >> 20
+        ))),
+        false => Ok(()),
+    }
+}
+
+impl<'de> Visitor<'de> for TextVisitor {
+    type Value = Option<String>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("text")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        bounded(v)?;
+        Ok(Some(v.to_owned()))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+        bounded(&v)?;
+        Ok(Some(v))
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_some<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+        self.not_text(de::Unexpected::Bool(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        self.not_text(de::Unexpected::Signed(v))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        self.not_text(de::Unexpected::Unsigned(v))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        self.not_text(de::Unexpected::Float(v))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+        self.not_text(de::Unexpected::Seq)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        while map.next_entry::<de::IgnoredAny, de::IgnoredAny>()?.is_some() {}
+        self.not_text(de::Unexpected::Map)
+    }
 }
 
 #[cfg(test)]
@@ -250,6 +331,26 @@ mod tests {
         assert_eq!(seen, [1, 2]);
         let error = read_stream("{\"n\":1}\n{\"n\":".as_bytes(), |_, _: Item| Ok(())).unwrap_err().0;
         assert!(error.starts_with("the file ends early (in entry 2)"), "{error}");
+    }
+
+    #[derive(Debug, Deserialize)]
+    struct Texts {
+        #[serde(deserialize_with = "lenient_text")]
+        lenient: Option<String>,
+        #[serde(default, deserialize_with = "bounded_text")]
+        strict: Option<String>,
+    }
+
+    #[test]
+    fn texts_are_bounded_as_they_are_read_and_non_text_is_none_where_lenient() {
+        let read = |json: &str| serde_json::from_reader::<_, Texts>(json.as_bytes());
+        let t = read(r#"{"lenient": {"image": [1, 2]}, "strict": "hi"}"#).unwrap();
+        assert_eq!((t.lenient, t.strict.as_deref()), (None, Some("hi")));
+        assert_eq!(read(r#"{"lenient": "a", "strict": null}"#).unwrap().strict, None);
+        assert!(read(r#"{"lenient": "a", "strict": 5}"#).unwrap_err().to_string().contains("expected text"));
+        let long = "y".repeat(MAX_MESSAGE_BYTES + 1);
+        let refused = read(&format!(r#"{{"lenient": "{long}"}}"#)).unwrap_err().to_string();
+        assert!(refused.contains("more than the 8 MiB a message may be"), "{refused}");
     }
 
     #[test]

@@ -46,15 +46,19 @@ use super::{ArchivedConversation, ImportError};
 
 /// Reads a llama.cpp web UI export, JSON or JSON Lines.
 pub fn read(reader: impl Read) -> Result<Vec<ArchivedConversation>, ImportError> {
+    super::collect(|take| each(reader, take))
+}
+
+/// Hands each conversation to `take` as it is read, checked.
+pub fn each(reader: impl Read, take: super::Take<'_>) -> Result<(), ImportError> {
     let mut reader = buffered(reader)?;
-    let mut import = Import::default();
+    let mut import = Import { collector: Collector::new(take), count: 0, open: None };
     match peek(&mut reader)? {
         None => return Err(ImportError("the file is empty".into())),
         Some(b'[') => json::read_list(reader, |n, record| import.take(n, record))?,
         Some(_) => json::read_stream(reader, |n, record| import.take(n, record))?,
     }
-    import.close()?;
-    Ok(import.collector.conversations)
+    import.close()
 }
 
 /// One value of the file: a `{conv, messages}` object, or a JSONL session or message line.
@@ -91,20 +95,20 @@ struct Message {
     kind: Option<String>,
     timestamp: Option<f64>,
     role: Option<String>,
+    #[serde(default, deserialize_with = "json::bounded_text")]
     content: Option<String>,
     parent: Option<String>,
 }
 
 /// The conversations read so far, and the JSONL session whose message lines are coming.
-#[derive(Default)]
-struct Import {
-    collector: Collector,
+struct Import<'a> {
+    collector: Collector<'a>,
     /// Conversations begun, to number them in errors.
     count: usize,
     open: Option<(Conv, Vec<Message>)>,
 }
 
-impl Import {
+impl Import<'_> {
     /// Takes the `n`th value of the file.
     fn take(&mut self, n: usize, record: Record) -> Result<(), ImportError> {
         let refuse = |why: &str| Err(ImportError(format!("entry {n}: {why}")));

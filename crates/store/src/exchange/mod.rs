@@ -93,6 +93,20 @@ impl ArchivedMessage {
     }
 }
 
+/// Where an importer hands each conversation as it is read (into the store, inside its
+/// transaction, or into a list); an error stops the read.
+pub type Take<'a> = Box<dyn FnMut(ArchivedConversation) -> Result<(), ImportError> + 'a>;
+
+/// The conversations `each` hands on, in a list.
+fn collect(each: impl FnOnce(Take<'_>) -> Result<(), ImportError>) -> Result<Vec<ArchivedConversation>, ImportError> {
+    let mut all = Vec::new();
+    each(Box::new(|c| {
+        all.push(c);
+        Ok(())
+    }))?;
+    Ok(all)
+}
+
 /// Why a file cannot be imported: the first bad entry, named so the user can find it.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{0}")]
@@ -145,7 +159,7 @@ pub mod openwebui;
 mod read;
 mod tree;
 
-pub use read::{read, ImportFormat};
+pub use read::{each, read, ImportFormat};
 
 /// Write `archive` as Specula JSON: stable bytes for the same history (keys, not database
 /// ids), so an export, imported elsewhere and exported again, is the same file.

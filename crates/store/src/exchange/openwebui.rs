@@ -32,9 +32,13 @@ use super::{ArchivedConversation, ImportError};
 
 /// Reads an Open WebUI chats export.
 pub fn read(reader: impl Read) -> Result<Vec<ArchivedConversation>, ImportError> {
-    let mut collector = Collector::default();
-    json::read_list(reader, |n, raw: RawChat| collector.add(n, foreign(n, raw)?))?;
-    Ok(collector.conversations)
+    super::collect(|take| each(reader, take))
+}
+
+/// Hands each conversation to `take` as it is read, checked.
+pub fn each(reader: impl Read, take: super::Take<'_>) -> Result<(), ImportError> {
+    let mut collector = Collector::new(take);
+    json::read_list(reader, |n, raw: RawChat| collector.add(n, foreign(n, raw)?))
 }
 
 #[derive(Deserialize)]
@@ -69,6 +73,7 @@ struct RawMessage {
     #[serde(rename = "parentId")]
     parent_id: Option<String>,
     role: Option<String>,
+    #[serde(default, deserialize_with = "json::bounded_text")]
     content: Option<String>,
     timestamp: Option<f64>,
 }

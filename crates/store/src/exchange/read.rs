@@ -1,6 +1,6 @@
 //! Which app wrote a file, and reading it as that app's export.
 
-use super::{read_archive, ArchivedConversation, ImportError};
+use super::{check, read_archive, ArchivedConversation, ImportError, Take};
 use std::io::{BufRead, BufReader, Read};
 
 /// The exports Specula reads.
@@ -44,7 +44,7 @@ impl ImportFormat {
         let has = |key: &str| head.contains(&format!("\"{key}\""));
         Ok(match () {
             _ if head.contains("\"specula-chats\"") => Self::Specula,
-            _ if has("mapping") && has("current_node") => Self::ChatGpt,
+            _ if has("mapping") => Self::ChatGpt,
             _ if has("currentId") || (has("chat") && has("history")) => Self::OpenWebUi,
             _ if has("currNode") || has("convId") || has("conv") => Self::LlamaCpp,
             _ => {
@@ -59,12 +59,20 @@ impl ImportFormat {
 /// How far into a file detection looks.
 const HEAD_BYTES: usize = 64 << 10;
 
-/// Read `input` as `format`, or as the format its first bytes show. Streams the file: its
-/// conversations are built as it is read, not from a copy of it in memory.
+/// Read `input` as `format`, or as the format its first bytes show, into a list.
 pub fn read(
     input: impl Read,
     format: Option<ImportFormat>,
 ) -> Result<(ImportFormat, Vec<ArchivedConversation>), ImportError> {
+    let mut told = None;
+    let conversations = super::collect(|take| each(input, format, take).map(|f| told = Some(f)))?;
+    Ok((told.unwrap_or(ImportFormat::Specula), conversations))
+}
+
+/// Read `input` as `format`, or as the format its first bytes show, handing each conversation
+/// to `take` checked, as it is read: other apps' exports are streamed, so a large one is never
+/// held whole in memory.
+pub fn each(input: impl Read, format: Option<ImportFormat>, mut take: Take<'_>) -> Result<ImportFormat, ImportError> {
     let mut input = BufReader::with_capacity(HEAD_BYTES, input);
     let format = match format {
         Some(format) => format,
@@ -73,11 +81,16 @@ pub fn read(
             ImportFormat::detect(&String::from_utf8_lossy(head))?
         }
     };
-    let conversations = match format {
-        ImportFormat::Specula => read_archive(input)?,
-        ImportFormat::ChatGpt => super::chatgpt::read(input)?,
-        ImportFormat::OpenWebUi => super::openwebui::read(input)?,
-        ImportFormat::LlamaCpp => super::llamacpp::read(input)?,
-    };
-    Ok((format, conversations))
+    match format {
+        ImportFormat::Specula => {
+            for (i, c) in read_archive(input)?.into_iter().enumerate() {
+                check(&c, &format!("conversation {} (\"{}\")", i + 1, c.title))?;
+                take(c)?;
+            }
+        }
+        ImportFormat::ChatGpt => super::chatgpt::each(input, take)?,
+        ImportFormat::OpenWebUi => super::openwebui::each(input, take)?,
+        ImportFormat::LlamaCpp => super::llamacpp::each(input, take)?,
+    }
+    Ok(format)
 }

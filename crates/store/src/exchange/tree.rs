@@ -84,16 +84,20 @@ pub(crate) fn kept(role: Role, text: String) -> Option<(Role, String)> {
     }
 }
 
-/// Collects the conversations of one file, refusing a conversation whose source id an
-/// earlier one of the file already has (the store would keep one and silently drop the other).
-#[derive(Debug, Default)]
-pub(crate) struct Collector {
+/// Hands on the conversations of one file as each is read, refusing a conversation whose
+/// source id an earlier one of the file already has (the store would keep one and silently
+/// drop the other).
+pub(crate) struct Collector<'a> {
     seen: HashMap<String, usize>,
-    pub conversations: Vec<ArchivedConversation>,
+    take: super::Take<'a>,
 }
 
-impl Collector {
-    /// Orders and checks the `index`th conversation of the file and keeps it; one with no
+impl<'a> Collector<'a> {
+    pub fn new(take: super::Take<'a>) -> Self {
+        Self { seen: HashMap::new(), take }
+    }
+
+    /// Orders and checks the `index`th conversation of the file and hands it on; one with no
     /// message left is dropped (nothing of it would show).
     pub fn add(&mut self, index: usize, foreign: Foreign) -> Result<(), ImportError> {
         let at = label(index, &foreign.title);
@@ -105,8 +109,7 @@ impl Collector {
             return Ok(());
         };
         check(&conversation, &at)?;
-        self.conversations.push(conversation);
-        Ok(())
+        (self.take)(conversation)
     }
 }
 
