@@ -79,6 +79,13 @@ SECTIONS = {
         f"{M}; cargo run --release -p specula-engine --example history_cost -- $T bench/history.json 1000",
         "1,000 stored conversations of 1,500 tokens each, every one with its own 3-token keys (the index's worst case).",
     ),
+    "imports.json": (
+        "Chat imports: hostile files, and memory on a 100 MB export",
+        "python3 scripts/hostile-imports.py --cli target/release/specula   # each case into an empty history with `specula chats import`",
+        "Each file through `specula chats import` in a fresh data folder; `peak memory` is the import process's peak resident "
+        "set (ru_maxrss). Imports stream: a conversation is written as it is read, inside one transaction that any refusal "
+        "rolls back, so `chats after` is 0 for every refused file. Texts and message counts are bounded as they are read.",
+    ),
     "app.json": (
         "The app itself, beside the engine, in one run",
         "scripts/bench-app.sh --tokens 256,1500 --kinds code,prose --repeat 8,4   # the release app under Xvfb, driven through "
@@ -360,6 +367,16 @@ def ceiling_table(data: dict) -> str:
             f"a pass over n tokens over one: {passes}. Replies of up to {data['max_tokens']} tokens.\n\n" + table(header, rows))
 
 
+def imports_table(data: dict) -> str:
+    def size(n):
+        return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
+    rows = [[c["case"], size(c["bytes"]), "imported" if c["exit"] == 0 else "refused", c["chats_after"],
+             size(c["peak_rss_bytes"]), f"{c['rss_over_size']:.2f}x" if c["bytes"] >= 2**20 else "", f"{c['seconds']:.2f} s",
+             c["said"].split("nothing imported: ")[-1].replace("|", "\\|")]
+            for c in data["cases"]]
+    return table(["case", "file", "result", "chats after", "peak memory", "memory / file", "time", "said"], rows)
+
+
 def render_file(path: Path) -> str:
     data = json.loads(path.read_text())
     title, command, about = SECTIONS.get(path.name, (path.stem, "(not recorded)", ""))
@@ -374,6 +391,8 @@ def render_file(path: Path) -> str:
         body = context_table(data)
     elif data.get("kind") == "ceiling":
         body = ceiling_table(data)
+    elif data.get("kind") == "imports":
+        body = imports_table(data)
     elif data.get("kind") == "history":
         body = history_table(data)
     elif "rounds" in data:

@@ -234,7 +234,7 @@ pub fn reply(
     Ok(ReplyStarted { request_id, message })
 }
 
-fn chat_messages(conversation: &Conversation) -> Vec<Message> {
+pub(crate) fn chat_messages(conversation: &Conversation) -> Vec<Message> {
     let system =
         (!conversation.system_prompt.trim().is_empty()).then(|| Message::system(conversation.system_prompt.clone()));
     let turns = conversation.messages.iter().map(|m| Message::new(m.role.clone(), m.content.clone()));

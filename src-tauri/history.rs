@@ -118,6 +118,74 @@ pub fn import_conversations(state: State<'_, AppState>, text: String) -> Command
 #[cfg(test)]
 mod tests {
     use super::*;
+    use specula_engine::chat::RenderOptions;
+    use specula_engine::{chat_prompt_ids, ChatTemplate, Message, Role, Tokenizer};
+    use specula_store::Store;
+
+    /// A prompt's token ids, with the default target's own tokenizer and chat template.
+    fn target_prompt_ids() -> impl Fn(&[Message]) -> Vec<u32> {
+        let dir = std::env::var_os("SPECULA_MODELS_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| {
+            std::path::PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/specula/models")
+        });
+        let model = dir.join("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf");
+        assert!(model.exists(), "{} is missing: run scripts/fetch-models.sh", model.display());
+        let gguf = specula_engine::gguf::GgufFile::open(&model).unwrap();
+        let tokenizer = Tokenizer::from_gguf(&gguf).unwrap();
+        let template = ChatTemplate::from_gguf(&gguf, tokenizer.bos_text(), tokenizer.eos_text()).unwrap();
+        move |messages| {
+            let options = RenderOptions { add_generation_prompt: true, kwargs: Default::default(), now: None };
+            chat_prompt_ids(&tokenizer, &template, messages, &[], &options).unwrap()
+        }
+    }
+
+    #[test]
+    fn each_branch_is_prompted_as_exactly_its_path() {
+        let prompt_ids = target_prompt_ids();
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path().join("specula.db")).unwrap();
+        let c = store.create_conversation().unwrap().id;
+        store.set_system_prompt(c, "Be brief.").unwrap();
+        let mut ids = Vec::new();
+        for text in ["Name a prime.", "7", "Another?", "11", "One more?", "13"] {
+            let role = if ids.len() % 2 == 0 { Role::User } else { Role::Assistant };
+            ids.push(store.add_message(c, role, text, None).unwrap().id);
+        }
+        // Regenerate the last reply twice, then edit the second question.
+        let mut ends = vec![ids[5]];
+        for again in ["17", "19"] {
+            store.branch_before(c, ids[5]).unwrap();
+            ends.push(store.add_message(c, Role::Assistant, again, None).unwrap().id);
+        }
+        store.branch_before(c, ids[2]).unwrap();
+        store.add_message(c, Role::User, "An even one?", None).unwrap();
+        ends.push(store.add_message(c, Role::Assistant, "2", None).unwrap().id);
+
+        let turn = |role: Role, text: &str| Message::new(role, text.to_string());
+        let path = |tail: &[(Role, &str)]| -> Vec<Message> {
+            let head = [(Role::System, "Be brief."), (Role::User, "Name a prime."), (Role::Assistant, "7")];
+            head.iter().chain(tail).map(|(role, text)| turn(role.clone(), text)).collect()
+        };
+        fn ask(last: &str) -> Vec<(Role, &str)> {
+            vec![(Role::User, "Another?"), (Role::Assistant, "11"), (Role::User, "One more?"), (Role::Assistant, last)]
+        }
+        let expected = [
+            path(&ask("13")),
+            path(&ask("17")),
+            path(&ask("19")),
+            path(&[(Role::User, "An even one?"), (Role::Assistant, "2")]),
+        ];
+        for (end, expected) in ends.iter().zip(&expected) {
+            store.show_branch(c, *end).unwrap();
+            let shown = crate::commands::chat_messages(&store.conversation(c).unwrap());
+            assert_eq!(prompt_ids(&shown), prompt_ids(expected), "the branch ending at {end}");
+        }
+        // A Regenerate's prompt: the path up to its question, no more.
+        store.branch_before(c, ends[1]).unwrap();
+        let regenerating = crate::commands::chat_messages(&store.conversation(c).unwrap());
+        let mut question = path(&ask(""));
+        question.pop();
+        assert_eq!(prompt_ids(&regenerating), prompt_ids(&question));
+    }
 
     #[test]
     fn an_export_never_overwrites_a_file_and_its_name_is_safe() {
