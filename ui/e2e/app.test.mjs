@@ -398,3 +398,29 @@ test('killed mid-way through a plain reply, the app keeps every token its window
   );
   assert.ok(kept >= shown, `${kept} tokens kept, ${shown} were on screen when the app was killed`);
 });
+
+test('a ChatGPT export imports with its branches, a bad one imports nothing, and a chat exports to a file', async () => {
+  const text = readFileSync(join(here, '../../crates/store/tests/fixtures/chatgpt-conversations.json'), 'utf8');
+  const { value: summary, failure } = await invoke('import_conversations', { text });
+  assert.equal(failure, undefined, JSON.stringify(failure));
+  assert.deepEqual([summary.format, summary.imported.length, summary.skipped.length], ['chatgpt', 3, 0]);
+  const again = await invoke('import_conversations', { text });
+  assert.deepEqual([again.value.imported.length, again.value.skipped.length], [0, 3], 'the same export twice adds nothing');
+  const cut = await invoke('import_conversations', { text: text.slice(0, text.length / 2) });
+  assert.match(cut.failure.message, /nothing of it was.*ends early/);
+
+  // The window lists them (the search redraws the list) and shows the edited question's branches.
+  await wd.execute("const s = document.querySelector('#search'); s.value = 'Capital'; s.dispatchEvent(new Event('input'));");
+  await wd.waitFor("return document.querySelectorAll('#conversation-list li').length === 1", { what: 'the imported chat listed' });
+  await wd.execute("document.querySelector('#conversation-list li .open').click()");
+  await wd.waitFor("return document.querySelector('#messages .message.user .branch-of')?.textContent === '2/2'", { what: 'the edited question' });
+  await wd.execute("document.querySelector('#messages .message.user [aria-label=\"Previous branch\"]').click()");
+  await wd.waitFor("return document.querySelector('#messages .message.user .branch-of')?.textContent === '1/2'", { what: 'the first question' });
+
+  const { value: path } = await invoke('export_conversations', { ids: [summary.imported[0]], format: 'markdown' });
+  try {
+    assert.match(readFileSync(path, 'utf8'), /^# Capital of Australia\n/);
+  } finally {
+    rmSync(path, { force: true });
+  }
+});

@@ -146,6 +146,19 @@ test('the next reply uses changed k and drafter', async () => {
   assert.match(await lastReply().locator('.reply-summary').textContent(), /prompt lookup · k 2 · greedy/);
 });
 
+test('Regenerate keeps the first answer in the browser too: ◀ goes back to it', async () => {
+  await setSettings({ k: '3' });
+  repliesBefore = Number((await page.getAttribute('body', 'data-replies')) ?? 0);
+  await lastReply().locator('.regenerate').click();
+  await replyEnds();
+  assert.equal(await lastReply().locator('.branch-of').textContent(), '2/2');
+  assert.match(await lastReply().locator('.reply-summary').textContent(), /k 3 · greedy/);
+  await lastReply().locator('[aria-label="Previous branch"]').click();
+  await page.waitForFunction(() => [...document.querySelectorAll('#messages .message.assistant')].pop()?.querySelector('.branch-of')?.textContent === '1/2');
+  assert.match(await lastReply().locator('.reply-summary').textContent(), /k 2 · greedy/);
+  await page.screenshot({ path: join(ARTIFACTS, 'browser-branches.png') });
+});
+
 test('a prompt longer than the context gives a readable error and the app keeps working', async () => {
   await ask('word '.repeat(1500));
   await replyEnds();
@@ -167,6 +180,7 @@ test('after a reload the conversation is there with its colours', async () => {
   assert.ok((await page.locator('#conversation-list li').count()) >= 1);
   await page.locator('#conversation-list li .open').first().click();
   assert.ok((await page.locator('#messages .tok.src-accepted').count()) > 0, 'accepted tokens still coloured');
+  assert.equal(await page.locator('#messages .branch-of').first().textContent(), '1/2', 'both answers kept, the first shown');
   await page.fill('#search', 'no such conversation');
   await page.waitForFunction(() => document.querySelectorAll('#conversation-list li').length === 0);
   await page.fill('#search', '');
