@@ -43,10 +43,15 @@ pub fn restore_conversation(state: State<'_, AppState>, id: i64) -> CommandResul
     with_store(&state, |s| s.restore_conversation(id))
 }
 
-/// The Undo was dismissed: delete for good what was deleted.
+/// The Undo was dismissed: delete for good what was deleted. Not while a reply is being
+/// saved: its message may be among them, and SQLite could give its id to a new message that
+/// the reply's late writes would then land in. What is left is purged at the next start.
 #[tauri::command]
 #[specta::specta]
 pub fn purge_deleted(state: State<'_, AppState>) -> CommandResult<()> {
+    if state.engine.replying() {
+        return Ok(());
+    }
     with_store(&state, |s| s.purge_deleted().map(drop))
 }
 
@@ -78,16 +83,32 @@ pub fn export_conversations(
         [one] => with_store(&state, |s| s.conversation(*one))?.title,
         _ => "chats".into(),
     };
-    let path = free_name(&folder, &title, format);
-    let file = std::fs::File::create(&path)
-        .map_err(|e| ErrorInfo::new(ErrorCode::Storage, format!("{}: cannot be written: {e}", path.display())))?;
-    with_store(&state, |s| s.export_to(&ids, format, file))?;
+    let (path, file) = new_file(&folder, &title, format)
+        .map_err(|e| ErrorInfo::new(ErrorCode::Storage, format!("{}: cannot be written: {e}", folder.display())))?;
+    if let Err(e) = with_store(&state, |s| s.export_to(&ids, format, file)) {
+        std::fs::remove_file(&path).ok(); // no half-written export left to be taken for a whole one
+        return Err(e);
+    }
     Ok(path.display().to_string())
 }
 
-/// `specula-<title>.<ext>` in `folder`, numbered when taken; the title's characters that file
-/// systems refuse are replaced.
-fn free_name(folder: &Path, title: &str, format: ExportFormat) -> PathBuf {
+/// A file of its own for an export: `specula-<title>.<ext>` in `folder`, numbered when taken,
+/// created only if nothing (a file, a link) is there, so nothing is ever overwritten.
+fn new_file(folder: &Path, title: &str, format: ExportFormat) -> std::io::Result<(PathBuf, std::fs::File)> {
+    let mut n = 1;
+    loop {
+        let path = free_name(folder, title, format, n);
+        match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+            Ok(file) => return Ok((path, file)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => n += 1,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The `n`th name an export of `title` may take; the title's characters that file systems
+/// refuse are replaced.
+fn free_name(folder: &Path, title: &str, format: ExportFormat, n: u32) -> PathBuf {
     let extension = match format {
         ExportFormat::Json => "json",
         ExportFormat::Markdown => "md",
@@ -95,13 +116,10 @@ fn free_name(folder: &Path, title: &str, format: ExportFormat) -> PathBuf {
     let safe: String =
         title.chars().map(|c| if c.is_alphanumeric() || c == '-' || c == ' ' { c } else { '_' }).take(60).collect();
     let stem = format!("specula-{}", safe.trim());
-    let mut path = folder.join(format!("{stem}.{extension}"));
-    let mut n = 2;
-    while path.exists() {
-        path = folder.join(format!("{stem} ({n}).{extension}"));
-        n += 1;
+    match n {
+        1 => folder.join(format!("{stem}.{extension}")),
+        n => folder.join(format!("{stem} ({n}).{extension}")),
     }
-    path
 }
 
 /// Import a chat export the window read (Specula, ChatGPT, Open WebUI or llama.cpp's web UI,
@@ -190,12 +208,13 @@ mod tests {
     #[test]
     fn an_export_never_overwrites_a_file_and_its_name_is_safe() {
         let dir = tempfile::tempdir().unwrap();
-        let first = free_name(dir.path(), "a/b: ../c", ExportFormat::Markdown);
+        let (first, _) = new_file(dir.path(), "a/b: ../c", ExportFormat::Markdown).unwrap();
         assert_eq!(first.file_name().unwrap(), "specula-a_b_ ___c.md");
-        std::fs::write(&first, "x").unwrap();
-        assert_eq!(
-            free_name(dir.path(), "a/b: ../c", ExportFormat::Markdown).file_name().unwrap(),
-            "specula-a_b_ ___c (2).md"
-        );
+        // A link where the next name would be is not followed.
+        #[cfg(unix)]
+        std::os::unix::fs::symlink(dir.path().join("elsewhere"), dir.path().join("specula-a_b_ ___c (2).md")).unwrap();
+        let (third, _) = new_file(dir.path(), "a/b: ../c", ExportFormat::Markdown).unwrap();
+        assert_eq!(third.file_name().unwrap(), "specula-a_b_ ___c (3).md");
+        assert!(!dir.path().join("elsewhere").exists());
     }
 }

@@ -268,6 +268,40 @@ describe('the controller', () => {
     expect([$<HTMLTextAreaElement>('#prompt').value, $('#send').textContent]).toEqual(['Say hello', 'Resend']);
   });
 
+  it('a Regenerate that fails before its first token leaves the first answer, and the question, as they were', async () => {
+    const backend = new FakeBackend();
+    backend.script = hello;
+    await start(backend);
+    await (await ask('Say hello'))();
+    backend.script = [{ kind: 'failed', error: { code: 'context_overflow', message: 'the prompt is longer than the context' } }];
+    const replies = Number(document.body.dataset.replies);
+    document.querySelector<HTMLButtonElement>('#messages .regenerate')!.click();
+    await vi.waitFor(() => expect(Number(document.body.dataset.replies)).toBe(replies + 1));
+    const [chat] = backend.chats.values();
+    expect(chat.messages.map((m) => [m.role, m.content])).toEqual([
+      ['user', 'Say hello'],
+      ['assistant', 'Hello'],
+    ]);
+    expect(chat.messages[1].siblings).toHaveLength(1);
+    expect($<HTMLTextAreaElement>('#prompt').value, 'nothing given back: the question was not new').toBe('');
+    expect($('#notice').dataset.code).toBe('context_overflow');
+  });
+
+  it('two quick deletes each keep their own Undo', async () => {
+    const backend = new FakeBackend();
+    backend.script = hello;
+    await start(backend);
+    await (await ask('First'))();
+    $('#new-chat').click();
+    await (await ask('Second'))();
+    const [a, b] = [...document.querySelectorAll<HTMLButtonElement>('#conversation-list [aria-label="Delete"]')];
+    a.click();
+    b.click();
+    await vi.waitFor(() => expect($('#toast span').textContent).toBe('Deleted “First”'));
+    $<HTMLButtonElement>('#toast .undo').click();
+    await vi.waitFor(() => expect(backend.store.list().map((c) => c.title)).toEqual(['First']));
+  });
+
   it('a deleted chat comes back on Undo, and is gone for good once the toast goes', async () => {
     const backend = new FakeBackend();
     backend.script = hello;

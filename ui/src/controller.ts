@@ -34,6 +34,11 @@ export class Controller {
   /** The open conversation; none for a new chat not yet sent. */
   private conversation: Conversation | null = null;
   private streaming: LiveReply | null = null;
+  /** A Send or Regenerate is under way (set at once, before its first await): a second one
+   *  waits its turn rather than attach a reply to a reply. */
+  private busy = false;
+  /** Deletes, one after another: each one's Undo toast settles the one before. */
+  private deletes: Promise<void> = Promise.resolve();
 
   private readonly notice: NoticeView;
   private readonly appearance: Appearance;
@@ -199,8 +204,24 @@ export class Controller {
     await this.refreshAll();
   }
 
-  /** Delete a chat, with an Undo that brings it back (and opens it, if it was open). */
-  private async remove(id: number, title: string): Promise<void> {
+  /** Run deletes in turn: two quick ones must not both pass the toast before either shows. */
+  private inTurn(remove: () => Promise<void>): Promise<void> {
+    const next = this.deletes.then(remove);
+    this.deletes = next.catch(() => {});
+    return next;
+  }
+
+  /** Delete a chat, with an Undo that brings it back (and opens it, if it was open). Not the
+   *  chat a reply streams into: its reply would have nowhere to go. */
+  private remove(id: number, title: string): Promise<void> {
+    if (this.busy && this.conversation?.id === id) {
+      this.showError({ code: 'invalid_request', message: 'Stop the reply before deleting its chat.' });
+      return Promise.resolve();
+    }
+    return this.inTurn(() => this.removeNow(id, title));
+  }
+
+  private async removeNow(id: number, title: string): Promise<void> {
     await this.toast.settle();
     await this.backend.deleteConversation(id);
     const wasOpen = this.conversation?.id === id;
@@ -224,9 +245,13 @@ export class Controller {
   }
 
   /** Delete a message and what follows it, with an Undo. */
-  private async removeMessage(message: ChatMessage): Promise<void> {
+  private removeMessage(message: ChatMessage): Promise<void> {
+    return this.inTurn(() => this.removeMessageNow(message));
+  }
+
+  private async removeMessageNow(message: ChatMessage): Promise<void> {
     const conversation = this.conversation;
-    if (!conversation || this.streaming) return;
+    if (!conversation || this.busy) return;
     await this.toast.settle();
     await this.backend.deleteMessage(conversation.id, message.id);
     await this.refreshAll();
@@ -235,7 +260,7 @@ export class Controller {
   }
 
   private async showBranch(messageId: number): Promise<void> {
-    if (!this.conversation || this.streaming) return;
+    if (!this.conversation || this.busy) return;
     this.conversation = await this.backend.showBranch(this.conversation.id, messageId);
     this.chat.show(this.conversation);
   }
@@ -245,13 +270,13 @@ export class Controller {
     const branching = this.conversation?.messages.findLast((m) => (m.siblings?.length ?? 0) > 1);
     const siblings = branching?.siblings ?? [];
     const to = branching && siblings[siblings.indexOf(branching.id) + step];
-    if (to === undefined || this.streaming) return false;
+    if (to === undefined || this.busy) return false;
     void this.showBranch(to).catch(this.showError);
     return true;
   }
 
   private async fork(messageId: number): Promise<void> {
-    if (!this.conversation) return;
+    if (!this.conversation || this.busy) return;
     this.conversation = await this.backend.fork(this.conversation.id, messageId);
     await this.refreshAll();
     void this.toast.say(`Forked to “${this.conversation.title}”`);
@@ -260,7 +285,7 @@ export class Controller {
   /** Up in an empty composer: the last question, to change and resend. */
   private editLast(): boolean {
     const question = this.conversation?.messages.findLast((m) => m.role === 'user');
-    if (!question || this.streaming) return false;
+    if (!question || this.busy) return false;
     this.composer.edit(question);
     return true;
   }
@@ -274,30 +299,56 @@ export class Controller {
 
   private async send(): Promise<void> {
     const text = this.composer.text;
-    if (!text || this.streaming) return;
-    this.notice.clear();
-    if (!this.conversation) this.conversation = await this.backend.createConversation();
-    const id = this.conversation.id;
-    const editing = this.composer.editing;
-    // An edited question becomes a sibling of the original, which stays one arrow away.
-    if (editing !== null) await this.backend.branchBefore(id, editing);
-    this.composer.endEdit();
-    await this.backend.addMessage(id, 'user', text);
-    this.composer.clear();
-    await this.refreshAll();
-    await this.streamReply(id);
+    if (!text || this.busy) return;
+    this.busy = true;
+    try {
+      this.notice.clear();
+      if (!this.conversation) this.conversation = await this.backend.createConversation();
+      const id = this.conversation.id;
+      const editing = this.composer.editing;
+      // An edited question becomes a sibling of the original, which stays one arrow away.
+      if (editing !== null) await this.backend.branchBefore(id, editing);
+      this.composer.endEdit();
+      const question = await this.backend.addMessage(id, 'user', text);
+      this.composer.clear();
+      await this.refreshAll();
+      // A reply that failed before its first token (a prompt over the context, say) leaves no
+      // trace: the question and the empty reply are deleted, and the question goes back to the
+      // composer, to shorten or resend.
+      await this.streamReply(id, async (failed) => {
+        if (!failed) return;
+        await this.backend.deleteMessage(id, question.id);
+        this.composer.giveBack(question.content);
+      });
+    } finally {
+      this.busy = false;
+    }
   }
 
   private async regenerate(messageId: number): Promise<void> {
-    if (!this.conversation || this.streaming) return;
-    this.notice.clear();
-    // The new reply becomes a sibling of the old one, which stays one arrow away.
-    await this.backend.branchBefore(this.conversation.id, messageId);
-    await this.refreshAll();
-    await this.streamReply(this.conversation.id);
+    if (!this.conversation || this.busy) return;
+    this.busy = true;
+    try {
+      this.notice.clear();
+      const id = this.conversation.id;
+      // The new reply becomes a sibling of the old one, which stays one arrow away.
+      await this.backend.branchBefore(id, messageId);
+      await this.refreshAll();
+      // A new reply that failed before its first token goes, and the old one shows again; one
+      // that was never begun (the engine refused it) leaves the old one shown too.
+      await this.streamReply(id, async (failed) => {
+        if (failed) await this.backend.deleteMessage(id, failed.id);
+        else await this.backend.showBranch(id, messageId);
+      });
+    } finally {
+      this.busy = false;
+    }
   }
 
-  private async streamReply(conversationId: number): Promise<void> {
+  /** Stream a reply to the conversation as it stands. `ended` is told, before the window is
+   *  redrawn, the stored reply if it failed before its first token, none if it was never
+   *  begun; it is not called for a reply with text. */
+  private async streamReply(conversationId: number, ended: (failed: ChatMessage | undefined) => Promise<void>): Promise<void> {
     const remote = this.settings.remote != null;
     const reply = new LiveReply(this.chat, this.speed, {
       colours: this.appearance.colours,
@@ -318,7 +369,8 @@ export class Controller {
     } finally {
       this.streaming = null;
       this.composer.setStreaming(false);
-      if (stored?.finish_reason === 'error' && !stored.content) await this.giveBackPrompt(conversationId);
+      const failedEmpty = stored?.finish_reason === 'error' && !stored.content;
+      if (!stored || failedEmpty) await ended(stored).catch(this.showError);
       // The finished reply is drawn whole, once, from the stored conversation.
       await this.refreshAll();
       if (stored) this.keepDrawnReply(stored);
@@ -335,17 +387,6 @@ export class Controller {
     if (!messages || i < 0 || messages[i].content.length >= drawn.content.length) return;
     messages[i] = { ...drawn, finish_reason: 'unsaved' };
     this.chat.show(this.conversation);
-  }
-
-  /** A reply that failed before its first token (a prompt over the context, say) leaves no
-   *  trace: the question (and the empty reply) are deleted, the question goes back to the
-   *  composer, to shorten or resend, and the chat stays usable. */
-  private async giveBackPrompt(conversationId: number): Promise<void> {
-    const conversation = await this.backend.conversation(conversationId);
-    const question = conversation.messages.findLast((m) => m.role === 'user');
-    if (!question) return;
-    await this.backend.deleteMessage(conversationId, question.id);
-    this.composer.giveBack(question.content);
   }
 
   // ----- models and settings -----

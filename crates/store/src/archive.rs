@@ -132,11 +132,13 @@ pub(crate) fn insert(tx: &Transaction, conversations: Vec<ArchivedConversation>)
 /// Write one checked conversation inside `tx`, or skip it when it is already here.
 fn insert_one(tx: &Transaction, c: ArchivedConversation, imported: &mut Imported) -> Result<()> {
     {
-        let known = tx
-            .query_row("SELECT 1 FROM conversations WHERE uid = ?1", [&c.source_id], |_| Ok(()))
-            .optional()?
-            .is_some();
-        if known {
+        // One deleted, its Undo pending, gives way to the import: the user is bringing it back.
+        let known: Option<bool> = tx
+            .query_row("SELECT deleted_at IS NOT NULL FROM conversations WHERE uid = ?1", [&c.source_id], |r| r.get(0))
+            .optional()?;
+        if known == Some(true) {
+            purge_conversation(tx, &c.source_id)?;
+        } else if known.is_some() {
             imported.skipped.push(c.title);
             return Ok(());
         }
@@ -228,4 +230,21 @@ impl Store {
         let rows = stmt.query_map([], |r| r.get(0))?;
         Ok(rows.collect::<rusqlite::Result<Vec<i64>>>()?)
     }
+}
+
+/// Delete conversation `uid` for good, its messages first, newest first (no cascade runs
+/// down a long branch).
+fn purge_conversation(tx: &Transaction, uid: &str) -> Result<()> {
+    let ids: Vec<i64> = {
+        let mut stmt = tx.prepare(
+            "SELECT m.id FROM messages m JOIN conversations c ON m.conversation_id = c.id WHERE c.uid = ?1 ORDER BY m.id DESC",
+        )?;
+        let rows = stmt.query_map([uid], |r| r.get(0))?;
+        rows.collect::<rusqlite::Result<_>>()?
+    };
+    for id in ids {
+        tx.execute("DELETE FROM messages WHERE id = ?1", [id])?;
+    }
+    tx.execute("DELETE FROM conversations WHERE uid = ?1", [uid])?;
+    Ok(())
 }

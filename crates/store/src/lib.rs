@@ -418,8 +418,9 @@ impl Store {
             let (role, content, stats, finish_reason, settings_label, settings, parent_id) = row;
             let role: Role = from_stored_name(&role, "message's role")?;
             let tokens = if role == Role::Assistant { Some(self.tokens(id)?) } else { None };
-            let stats = stats.map(|s| serde_json::from_str(&s)).transpose()?;
-            // Settings a later version wrote in a shape this one cannot read: the label says them.
+            // Stats or settings a later version wrote in a shape this one cannot read: the
+            // message is shown (and exported) without them; the label says the settings.
+            let stats = stats.and_then(|s| serde_json::from_str(&s).ok());
             let settings = settings.and_then(|s| serde_json::from_str(&s).ok());
             let siblings = tree.siblings(id);
             messages.push(StoredMessage {

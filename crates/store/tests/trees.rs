@@ -176,3 +176,17 @@ fn a_fork_copies_the_branch_and_a_deleted_message_comes_back_on_undo() {
     assert!(store.restore_message(c, q2).is_err(), "gone for good once purged");
     assert_eq!(store.export(&[c]).unwrap().conversations[0].messages.len(), 2);
 }
+
+#[test]
+fn a_chat_deleted_and_imported_again_from_a_backup_is_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path().join("specula.db")).unwrap();
+    let c = store.create_conversation().unwrap().id;
+    store.add_message(c, Role::User, "keep me", None).unwrap();
+    let backup = store.export(&[]).unwrap();
+    store.delete_conversation(c).unwrap();
+    let imported = store.import(backup.conversations).unwrap();
+    assert_eq!((imported.conversations.len(), imported.skipped.len()), (1, 0), "not skipped as already here");
+    store.purge_deleted().unwrap();
+    assert_eq!(shown(&store, imported.conversations[0]), ["keep me"]);
+}

@@ -91,7 +91,9 @@ async restoreConversation(id: number) : Promise<null> {
     return await TAURI_INVOKE("restore_conversation", { id });
 },
 /**
- * The Undo was dismissed: delete for good what was deleted.
+ * The Undo was dismissed: delete for good what was deleted. Not while a reply is being
+ * saved: its message may be among them, and SQLite could give its id to a new message that
+ * the reply's late writes would then land in. What is left is purged at the next start.
  */
 async purgeDeleted() : Promise<null> {
     return await TAURI_INVOKE("purge_deleted");

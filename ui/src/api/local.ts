@@ -67,6 +67,8 @@ export class LocalConversations {
       if (raw) cache.set(id, upgrade(JSON.parse(raw) as Kept));
     }
     this.cache = cache;
+    // What was deleted with an Undo offered and not undone before the page closed goes now.
+    this.purge();
     return cache;
   }
 
@@ -128,16 +130,18 @@ export class LocalConversations {
     return this.get(id);
   }
 
-  update(id: number, change: (c: Kept) => void): void {
+  /** Change conversation `id` and save it; `touch` (the default) marks it changed now, which
+   *  lists it first. Moving between its branches, deleting and undoing do not. */
+  update(id: number, change: (c: Kept) => void, touch = true): void {
     const conversation = this.kept(id);
     change(conversation);
-    conversation.updated_at = Date.now();
+    if (touch) conversation.updated_at = Date.now();
     this.persist(conversation);
   }
 
   /** Delete a conversation, undoably until `purge`. */
   remove(id: number): void {
-    this.update(id, (c) => (c.deleted = true));
+    this.update(id, (c) => (c.deleted = true), false);
   }
 
   restore(id: number): void {
@@ -193,12 +197,20 @@ export class LocalConversations {
 
   /** Show the conversation up to just before `messageId` (Regenerate, Edit). */
   branchBefore(conversationId: number, messageId: number): void {
-    this.update(conversationId, (c) => (c.current_leaf = this.treeHolding(c, messageId).get(messageId)?.parent_id ?? null));
+    this.update(conversationId, (c) => (c.current_leaf = this.treeHolding(c, messageId).get(messageId)?.parent_id ?? null), false);
   }
 
   /** Show the branch through `messageId`, down to the newest message under it. */
   showBranch(conversationId: number, messageId: number): Conversation {
-    this.update(conversationId, (c) => (c.current_leaf = this.treeHolding(c, messageId).newestUnder(messageId)));
+    this.update(
+      conversationId,
+      (c) => {
+        const leaf = this.treeHolding(c, messageId).newestUnder(messageId);
+        if (leaf === null) throw notFound(`Message ${messageId} is deleted`);
+        c.current_leaf = leaf;
+      },
+      false,
+    );
     return this.get(conversationId);
   }
 
@@ -210,7 +222,7 @@ export class LocalConversations {
       if (c.current_leaf != null && before.isUnder(c.current_leaf, messageId)) {
         c.current_leaf = new Tree(c.messages).newestUnder(message.parent_id ?? null);
       }
-    });
+    }, false);
   }
 
   restoreMessage(conversationId: number, messageId: number): void {
@@ -218,7 +230,7 @@ export class LocalConversations {
       const tree = this.treeHolding(c, messageId);
       (tree.get(messageId) as KeptMessage).deleted = false;
       c.current_leaf = new Tree(c.messages).newestUnder(messageId);
-    });
+    }, false);
   }
 
   /** A new conversation holding the branch up to `messageId`. */

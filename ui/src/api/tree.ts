@@ -53,7 +53,8 @@ export class Tree<T extends Node> {
 
   /** The newest shown message at or under `top` (null: anywhere). */
   newestUnder(top: number | null): number | null {
-    let newest = top !== null && !this.byId.get(top)?.deleted ? top : null;
+    if (top !== null && this.byId.get(top)?.deleted) return null;
+    let newest = top;
     const stack: (number | null)[] = [top];
     const seen = new Set<number>();
     while (stack.length) {

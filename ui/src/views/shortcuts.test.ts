@@ -4,7 +4,7 @@ import { listenForShortcuts, type ShortcutHost } from './shortcuts';
 /** A document of its own for each case: the listener stays on the document it was given. */
 function setUp(streaming = true) {
   const document = window.document.implementation.createHTMLDocument();
-  document.body.innerHTML = '<textarea id="prompt"></textarea><input id="search" /><dialog open><input id="in-dialog" /></dialog>';
+  document.body.innerHTML = '<textarea id="prompt"></textarea><input id="search" /><dialog><input id="in-dialog" /></dialog>';
   const prompt = document.querySelector<HTMLTextAreaElement>('#prompt')!;
   const calls: unknown[] = [];
   const host: ShortcutHost = {
@@ -46,10 +46,13 @@ describe('the keyboard', () => {
     expect(calls).toEqual([['sibling', -1], ['sibling', 1]]);
   });
 
-  it('leaves Esc to a dialog, and to the page when no reply streams', () => {
+  it('leaves every key to an open dialog, and Esc to the page when no reply streams', () => {
     const { document, calls, press } = setUp(false);
-    expect(press(document.querySelector('#in-dialog')!, 'Escape')).toBe(false);
     expect(press(document.body, 'Escape')).toBe(false);
+    document.querySelector('dialog')!.setAttribute('open', '');
+    expect(press(document.querySelector('#in-dialog')!, 'Escape')).toBe(false);
+    expect(press(document.body, 'O', { ctrlKey: true, shiftKey: true })).toBe(false);
+    expect(press(document.body, 'ArrowLeft', { ctrlKey: true })).toBe(false);
     expect(calls).toEqual(['stop']);
   });
 });

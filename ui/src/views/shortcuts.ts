@@ -21,12 +21,14 @@ export function listenForShortcuts(doc: Document, prompt: HTMLTextAreaElement, h
 
 /** Whether `e` was a shortcut, and done. */
 function handle(e: KeyboardEvent, prompt: HTMLTextAreaElement, host: ShortcutHost): boolean {
+  // An open dialog has the keyboard (Esc closes it): nothing behind it changes meanwhile. Nor
+  // does a key that composes a character (an input method's).
+  if (e.isComposing || prompt.ownerDocument.querySelector('dialog[open]')) return false;
   const command = e.ctrlKey || e.metaKey;
   const key = e.key.toLowerCase();
   if (command && e.shiftKey && key === 'o') return host.newChat(), true;
   if (command && !e.shiftKey && key === 'k') return host.search(), true;
-  // A dialog takes its own Esc (it closes).
-  if (e.key === 'Escape' && !(e.target as HTMLElement | null)?.closest?.('dialog')) return host.stop();
+  if (e.key === 'Escape') return host.stop();
   const inEmptyPrompt = e.target === prompt && prompt.value === '';
   if (e.key === 'ArrowUp' && inEmptyPrompt && !command) return host.editLast();
   // Ctrl+Left/Right moves by word in a text field with text: the branches only elsewhere.
