@@ -170,7 +170,15 @@ test('Regenerate keeps every answer: ◀ 2/3 ▶ switches back to the first, For
   writeFileSync(join(ARTIFACTS, 'app-undo.png'), await wd.screenshot());
   await wd.execute("document.querySelector('#toast .undo').click()");
   await wd.waitFor("return document.querySelector('#title').textContent.endsWith('(fork)')", { what: 'the fork back' });
-  await wd.execute(`[...document.querySelectorAll('#conversation-list li .open')].find((b) => !b.textContent.endsWith('(fork)')).click()`);
+  // Deleted again and the toast dismissed, the fork is gone for good: the tests after this one
+  // find the chats they expect.
+  await wd.execute(`document.querySelector('#conversation-list li.current [aria-label="Delete"]').click()`);
+  await wd.waitFor("return !document.querySelector('#toast').hidden", { what: 'the Undo toast again' });
+  await wd.execute(`document.querySelector('#toast [aria-label="Dismiss"]').click()`);
+  await wd.waitFor("return document.querySelector('#toast').hidden", { what: 'the toast gone' });
+  const { value: listed } = await invoke('list_conversations', { query: '(fork)' });
+  assert.deepEqual(listed, []);
+  await wd.execute(`document.querySelector('#conversation-list li .open').click()`);
   await wd.waitFor(`return ${lastReply}.querySelector('.branch-of')?.textContent === '1/3'`, { what: 'the first chat again' });
 });
 

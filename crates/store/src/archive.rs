@@ -131,32 +131,35 @@ pub(crate) fn insert(tx: &Transaction, conversations: Vec<ArchivedConversation>)
 
 /// Write one checked conversation inside `tx`, or skip it when it is already here.
 fn insert_one(tx: &Transaction, c: ArchivedConversation, imported: &mut Imported) -> Result<()> {
-    {
-        // One deleted, its Undo pending, gives way to the import: the user is bringing it back.
-        let known: Option<bool> = tx
-            .query_row("SELECT deleted_at IS NOT NULL FROM conversations WHERE uid = ?1", [&c.source_id], |r| r.get(0))
-            .optional()?;
-        if known == Some(true) {
-            purge_conversation(tx, &c.source_id)?;
-        } else if known.is_some() {
+    // One deleted, its Undo pending, gives way to the import: the user is bringing it back.
+    let known: Option<bool> = tx
+        .query_row("SELECT deleted_at IS NOT NULL FROM conversations WHERE uid = ?1", [&c.source_id], |r| r.get(0))
+        .optional()?;
+    match known {
+        Some(true) => purge_conversation(tx, &c.source_id)?,
+        Some(false) => {
             imported.skipped.push(c.title);
             return Ok(());
         }
-        let title = if c.title.trim().is_empty() { NEW_TITLE } else { c.title.as_str() };
-        tx.execute(
-            "INSERT INTO conversations (title, system_prompt, created_at, updated_at, uid) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![title, c.system_prompt, c.created_at, c.updated_at, c.source_id],
-        )?;
-        let conversation = tx.last_insert_rowid();
-        let mut ids: HashMap<u32, i64> = HashMap::with_capacity(c.messages.len());
-        for m in &c.messages {
-            let parent = m.parent.map(|p| ids[&p]);
-            ids.insert(m.key, insert_message(tx, conversation, parent, m)?);
-        }
-        let leaf = c.current.map(|k| ids[&k]);
-        tx.execute("UPDATE conversations SET current_leaf = ?2 WHERE id = ?1", params![conversation, leaf])?;
-        imported.conversations.push(conversation);
+        None => {}
     }
+    let title = if c.title.trim().is_empty() { NEW_TITLE } else { c.title.as_str() };
+    tx.execute(
+        "INSERT INTO conversations (title, system_prompt, created_at, updated_at, uid) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![title, c.system_prompt, c.created_at, c.updated_at, c.source_id],
+    )?;
+    let conversation = tx.last_insert_rowid();
+    // Keys were checked (`check`) before this; a missing one is refused all the same, never a panic.
+    let unknown =
+        |key: u32| StoreError::Invalid(format!("\"{}\": message {key} is not in the file before it", c.title));
+    let mut ids: HashMap<u32, i64> = HashMap::with_capacity(c.messages.len());
+    for m in &c.messages {
+        let parent = m.parent.map(|p| ids.get(&p).copied().ok_or_else(|| unknown(p))).transpose()?;
+        ids.insert(m.key, insert_message(tx, conversation, parent, m)?);
+    }
+    let leaf = c.current.map(|k| ids.get(&k).copied().ok_or_else(|| unknown(k))).transpose()?;
+    tx.execute("UPDATE conversations SET current_leaf = ?2 WHERE id = ?1", params![conversation, leaf])?;
+    imported.conversations.push(conversation);
     Ok(())
 }
 
