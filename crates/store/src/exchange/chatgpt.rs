@@ -145,7 +145,6 @@ fn kept(message: RawMessage) -> Option<(Role, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exchange::ArchivedMessage;
 
     const FIXTURE: &str = include_str!("../../tests/fixtures/chatgpt-conversations.json");
 
@@ -154,19 +153,6 @@ mod tests {
     }
 
     /// The texts from the first message to `current`, following the parents.
-    fn current_branch(conversation: &ArchivedConversation) -> Vec<&str> {
-        let by_key = |key: u32| conversation.messages.iter().find(|m| m.key == key).unwrap();
-        let mut branch = Vec::new();
-        let mut at = conversation.current;
-        while let Some(key) = at {
-            let message: &ArchivedMessage = by_key(key);
-            branch.push(message.content.as_str());
-            at = message.parent;
-        }
-        branch.reverse();
-        branch
-    }
-
     #[test]
     fn every_conversation_with_messages_is_read_and_the_empty_one_left_out() {
         let conversations = fixture();
@@ -199,7 +185,7 @@ mod tests {
         assert_eq!(edited.messages[1].role, Role::Assistant);
         assert_eq!(edited.messages[0].created_at, 1_717_000_010_000);
         assert_eq!(
-            current_branch(edited),
+            edited.current_texts(),
             [
                 "What is the capital of Australia? Not its biggest city.",
                 "Canberra is the capital of Australia; Sydney is its biggest city."
@@ -215,7 +201,7 @@ mod tests {
         assert_eq!(regenerated.messages[2].parent, Some(1));
         // The user went back to the first answer: current_node, not the newest, decides.
         assert_eq!(
-            current_branch(regenerated),
+            regenerated.current_texts(),
             [
                 "Write a haiku about rain.",
                 "Soft rain on tin roofs\nthe gutters hum an old song\nnight drinks it slowly"
@@ -247,7 +233,7 @@ mod tests {
             "a":{"id":"a","parent":null,"children":[],"message":{"author":{"role":"user"},"create_time":1,"content":{"content_type":"text","parts":["A"]}}},
             "b":{"id":"b","parent":"a","children":["a"],"message":{"author":{"role":"assistant"},"create_time":2,"content":{"content_type":"text","parts":["B"]}}}}}]"#;
         let conversation = &read(file.as_bytes()).unwrap()[0];
-        assert_eq!(current_branch(conversation), ["A", "B"]);
+        assert_eq!(conversation.current_texts(), ["A", "B"]);
     }
 
     #[test]

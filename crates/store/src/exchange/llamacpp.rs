@@ -197,18 +197,6 @@ mod tests {
     const JSONL: &str = include_str!("../../tests/fixtures/llamacpp-export.jsonl");
     const JSON: &str = include_str!("../../tests/fixtures/llamacpp-export.json");
 
-    fn current_branch(conversation: &ArchivedConversation) -> Vec<&str> {
-        let mut branch = Vec::new();
-        let mut at = conversation.current;
-        while let Some(key) = at {
-            let message = conversation.messages.iter().find(|m| m.key == key).unwrap();
-            branch.push(message.content.as_str());
-            at = message.parent;
-        }
-        branch.reverse();
-        branch
-    }
-
     #[test]
     fn a_jsonl_export_reads_every_session_and_every_message() {
         let conversations = read(JSONL.as_bytes()).unwrap();
@@ -224,7 +212,7 @@ mod tests {
         assert_eq!(tutor.messages[0].parent, None);
         assert_eq!(tutor.messages.iter().filter(|m| m.parent == Some(2)).count(), 2);
         assert_eq!(
-            current_branch(tutor),
+            tutor.current_texts(),
             [
                 "You are a patient Rust tutor.",
                 "What does the borrow checker do?",
@@ -251,10 +239,10 @@ mod tests {
         let edited = &conversations[0];
         assert_eq!(edited.messages.len(), 4);
         assert_eq!(edited.messages.iter().filter(|m| m.parent.is_none()).count(), 2);
-        assert_eq!(current_branch(edited), ["Name an even prime number.", "2 is the only even prime."]);
+        assert_eq!(edited.current_texts(), ["Name an even prime number.", "2 is the only even prime."]);
         // Exported as the branch on screen: its root is not in the file.
         let branch_only = &conversations[1];
-        assert_eq!(current_branch(branch_only), ["Hello", "Hi! How can I help?"]);
+        assert_eq!(branch_only.current_texts(), ["Hello", "Hi! How can I help?"]);
     }
 
     #[test]

@@ -75,6 +75,24 @@ pub struct ArchivedMessage {
     pub settings: Option<AppSettings>,
 }
 
+impl ArchivedConversation {
+    /// The texts of the branch the conversation shows, first to last (a walk up from
+    /// `current`, at most one step per message).
+    pub fn current_texts(&self) -> Vec<&str> {
+        let mut branch = Vec::new();
+        let mut at = self.current;
+        while let Some(message) = at.and_then(|key| self.messages.iter().find(|m| m.key == key)) {
+            if branch.len() == self.messages.len() {
+                break;
+            }
+            branch.push(message.content.as_str());
+            at = message.parent;
+        }
+        branch.reverse();
+        branch
+    }
+}
+
 impl ArchivedMessage {
     /// A message with nothing but its place, role and text (what other apps' exports give).
     pub fn plain(key: u32, parent: Option<u32>, role: Role, content: String, created_at: i64) -> Self {

@@ -166,18 +166,6 @@ mod tests {
         read(FIXTURE.as_bytes()).unwrap()
     }
 
-    fn current_branch(conversation: &ArchivedConversation) -> Vec<&str> {
-        let mut branch = Vec::new();
-        let mut at = conversation.current;
-        while let Some(key) = at {
-            let message = conversation.messages.iter().find(|m| m.key == key).unwrap();
-            branch.push(message.content.as_str());
-            at = message.parent;
-        }
-        branch.reverse();
-        branch
-    }
-
     #[test]
     fn every_chat_and_every_message_of_the_tree_is_read() {
         let chats = fixture();
@@ -197,7 +185,7 @@ mod tests {
     fn the_current_branch_follows_current_id() {
         let tree = &fixture()[0];
         assert_eq!(
-            current_branch(tree),
+            tree.current_texts(),
             [
                 "How do I start a sourdough starter?",
                 "Mix equal weights of flour and water in a jar, then feed it daily.",
@@ -218,7 +206,7 @@ mod tests {
         assert_eq!(legacy.system_prompt, "Be terse.");
         // No created_at: the chat's own timestamp, in milliseconds.
         assert_eq!(legacy.created_at, 1_700_000_000_000);
-        assert_eq!(current_branch(legacy), ["Hi", "Hello.", "2+2?", "4."]);
+        assert_eq!(legacy.current_texts(), ["Hi", "Hello.", "2+2?", "4."]);
     }
 
     #[test]
