@@ -39,9 +39,10 @@ enum ChatsCommand {
     /// web UI's. All or nothing; chats already here (the same source id) are skipped.
     Import {
         file: PathBuf,
-        /// The file's format; default: told from its content.
-        #[arg(long, value_enum)]
-        format: Option<Source>,
+        /// The file's format (specula, chatgpt, openwebui or llamacpp); default: told from its
+        /// content.
+        #[arg(long, value_parser = import_format)]
+        format: Option<ImportFormat>,
     },
 }
 
@@ -51,23 +52,9 @@ enum Format {
     Md,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
-enum Source {
-    Specula,
-    Chatgpt,
-    Openwebui,
-    Llamacpp,
-}
-
-impl From<Source> for ImportFormat {
-    fn from(source: Source) -> Self {
-        match source {
-            Source::Specula => ImportFormat::Specula,
-            Source::Chatgpt => ImportFormat::ChatGpt,
-            Source::Openwebui => ImportFormat::OpenWebUi,
-            Source::Llamacpp => ImportFormat::LlamaCpp,
-        }
-    }
+/// `--format` of an import, by the names the store gives its formats.
+fn import_format(name: &str) -> Result<ImportFormat, String> {
+    ImportFormat::from_name(name).map_err(|e| e.0)
 }
 
 pub fn chats(args: ChatsArgs) -> Result<(), String> {
@@ -82,7 +69,7 @@ pub fn chats(args: ChatsArgs) -> Result<(), String> {
     match args.command {
         ChatsCommand::List => list(&opened(false)?),
         ChatsCommand::Export { id, format, output } => export(&opened(false)?, &id, format, output.as_deref()),
-        ChatsCommand::Import { file, format } => import(&mut opened(true)?, &file, format.map(Into::into)),
+        ChatsCommand::Import { file, format } => import(&mut opened(true)?, &file, format),
     }
 }
 
