@@ -172,7 +172,7 @@ class App:
             what="the settings dialog",
         )
         draft = "none" if drafter == "none" else f"model:{MODELS / DRAFT}"
-        values = {"draft": draft, "k": "auto", "mode": "reproducible", "seed": SEED, "max_tokens": max_tokens, "context": CONTEXT}
+        values = {"draft": draft, "k": "auto", "mode": "reproducible", "seed": SEED, "max_tokens": max_tokens, "context_tokens": CONTEXT}
         self.wd.execute(
             "const [values] = arguments;"
             "for (const [name, value] of Object.entries(values)) {"

@@ -9,6 +9,9 @@ read their notes cold; from turn 3 on a server that kept the other chat's cache 
 Recorded per turn: the prompt's length (the server's usage) and the time from the request to
 the first streamed text, at a Python client on this machine. `specula-no-cache` is the same
 server with `--cache-ram 0`: only the last prompt's cache, as before the prompt cache.
+`specula-restart` asks chat A once, stops the server, starts it again with the same
+`--cache-dir` and asks A's next turn: the first turn after a restart, resumed from disk
+(`restart_ttft_s`) against the first, cold turn (`cold_ttft_s`).
 
     scripts/bench-context.py [--cli target/release/specula] [--llama-server PATH] [--rounds 3]
                              [--out bench/context.json]
@@ -21,6 +24,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -46,7 +50,7 @@ def note(topic: str, words: int = 1400) -> str:
     return " ".join(out[:words])
 
 
-def start(engine: str, cli: str, llama: str, port: int) -> subprocess.Popen:
+def start(engine: str, cli: str, llama: str, port: int, extra: list = ()) -> subprocess.Popen:
     threads = str(len(os.sched_getaffinity(0)))
     if engine == "llama.cpp":
         command = [llama, "-m", str(TARGET), "-md", str(DRAFT), "--spec-type", "draft-simple", "--port", str(port),
@@ -55,6 +59,7 @@ def start(engine: str, cli: str, llama: str, port: int) -> subprocess.Popen:
         command = [cli, "serve", "--model", str(TARGET), "--draft", str(DRAFT), "--port", str(port), "--ctx", str(CONTEXT)]
         if engine == "specula-no-cache":
             command += ["--cache-ram", "0"]
+        command += list(extra)
     server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(600):
         try:
@@ -107,6 +112,25 @@ def chats_in_turn(port: int, rounds: int) -> list:
     return turns
 
 
+def after_restart(cli: str, port: int, cache_dir: str) -> dict:
+    """Chat A's first turn, the server restarted, A's second turn: both times to first token."""
+    messages = [{"role": "system", "content": note("parsing")}, {"role": "user", "content": "Question 1: which note mentions step 3?"}]
+    times = []
+    for turn in range(2):
+        server = start("specula-restart", cli, "", port, ["--cache-dir", cache_dir])
+        try:
+            reply = ask(port, messages)
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
+        times.append(reply["ttft_s"])
+        print(f"  turn {turn + 1} (A, {'cold' if turn == 0 else 'after a restart'}): first token {reply['ttft_s']} s",
+              file=sys.stderr)
+        messages += [{"role": "assistant", "content": reply["text"]},
+                     {"role": "user", "content": "Question 2: which note mentions step 4?"}]
+    return {"cold_ttft_s": times[0], "restart_ttft_s": times[1], "restart_over_cold": round(times[1] / times[0], 3)}
+
+
 def summary(turns: list) -> dict:
     cold = [t["ttft_s"] for t in turns[:2]]
     warm = [t["ttft_s"] for t in turns[2:]]
@@ -140,6 +164,9 @@ def main() -> int:
             server.terminate()
             server.wait(timeout=30)
         result["engines"][engine] = {"turns": turns, **summary(turns)}
+    with tempfile.TemporaryDirectory() as cache_dir:
+        print("specula-restart:", file=sys.stderr)
+        result["engines"]["specula-restart"] = after_restart(args.cli, bench_app.free_port_pair(), cache_dir)
     if "llama.cpp" in engines:
         info = Path(args.llama_server).parent / "build-info.json"
         if info.exists():

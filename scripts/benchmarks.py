@@ -333,6 +333,10 @@ def remote_tables(data: dict) -> str:
 def context_table(data: dict) -> str:
     rows = []
     for engine, r in data["engines"].items():
+        if "restart_ttft_s" in r:
+            rows.append([engine, f"{r['cold_ttft_s']:.2f}", f"{r['restart_ttft_s']:.2f} (after a restart)",
+                         f"{r['restart_over_cold']:.2f}", "", "A, restart, A"])
+            continue
         turns = " · ".join(f"{t['chat']} {t['ttft_s']:.2f}" for t in r["turns"])
         rows.append([engine, f"{r['cold_ttft_s']:.2f}", f"{r['warm_ttft_s']:.2f}", f"{r['warm_over_cold']:.2f}",
                      str(r["turns"][-1]["prompt_tokens"]), turns])

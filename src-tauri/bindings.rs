@@ -74,15 +74,16 @@ fn constants() -> Vec<(&'static str, serde_json::Value)> {
     vec![
         ("MAX_K", json!(protocol::MAX_K)),
         ("DEFAULT_AUTO_K_MAX", json!(protocol::DEFAULT_AUTO_K_MAX)),
-        ("DEFAULT_CONTEXT", json!(protocol::DEFAULT_CONTEXT)),
+        ("AUTO_CONTEXT", json!(protocol::AUTO_CONTEXT)),
+        ("OVERFLOW_POLICIES", json!(protocol::Overflow::ALL)),
         ("DEFAULT_MAX_TOKENS", json!(protocol::DEFAULT_MAX_TOKENS)),
         ("ERROR_CODES", json!(ErrorCode::ALL)),
-        // How each way a reply ends is named in the history and shown (`FinishReason::as_str`).
+        // How each way a reply ends is named in the history and shown (`FinishReason::shown`).
         (
             "FINISH_REASON_NAMES",
             json!(protocol::FinishReason::ALL
                 .iter()
-                .map(|r| (wire_name(r), json!(r.as_str())))
+                .map(|r| (wire_name(r), json!(r.shown())))
                 .collect::<serde_json::Map<String, serde_json::Value>>()),
         ),
         // The settings a window starts from before the shell says its own: the engine's

@@ -4,7 +4,7 @@
 
 use crate::error::ErrorInfo;
 use crate::settings::{AppSettings, EngineSettings, ReplyRequest};
-use specula_engine::protocol::{ConnectionCheck, EngineStatus, Gathered, RemoteTarget, ReplyEvent};
+use specula_engine::protocol::{ConnectionCheck, ContextInfo, EngineStatus, Gathered, RemoteTarget, ReplyEvent};
 use specula_engine::service::{CancelHandle, EngineHandle, EngineState, Health, Prompt, ServiceConfig, Ticket};
 use specula_engine::{GenerationStats, TokenEvent};
 use specula_remote::{Canceller, Remote, RemoteTicket};
@@ -27,9 +27,15 @@ pub fn status_of(h: Health) -> EngineStatus {
     let path = |m: Option<specula_engine::service::LoadedModelInfo>| {
         m.map(|m| m.path.map_or(m.info.name, |p| p.display().to_string()))
     };
+    let context = h.target.as_ref().map(|t| ContextInfo {
+        tokens: t.info.context,
+        trained: t.info.trained_context,
+        kv_format: t.info.kv_format,
+    });
     EngineStatus {
         loading: h.state == EngineState::Loading,
         state: h.state,
+        context,
         target: path(h.target),
         draft: path(h.draft),
         device: h.device.unwrap_or_default(),
@@ -60,6 +66,7 @@ pub fn remote_status(target: &RemoteTarget, check: &ConnectionCheck) -> EngineSt
         draft: None,
         drafter: None,
         device: format!("remote, {:.0} ms round trip", check.round_trip_ms),
+        context: None,
         loading: false,
         error,
         last_failure: None,
@@ -121,10 +128,17 @@ fn receive(
     }
 }
 
+/// Disk for the chats' caches kept across restarts: about 50,000 positions of the default
+/// pair (the 1.5B target's 57 KiB and the 0.5B draft's 24 KiB each), a dozen long chats.
+pub const DISK_CACHE_BYTES: u64 = 4 << 30;
+
 impl Engine {
-    pub fn spawn() -> Self {
+    /// `prompt_cache_dir`: where the chats' caches are kept across restarts (at most
+    /// [`DISK_CACHE_BYTES`]).
+    pub fn spawn(prompt_cache_dir: Option<std::path::PathBuf>) -> Self {
         // One user's engine: their chats feed the auto drafter's copies.
-        let config = ServiceConfig { max_queue: 8, remember_chats: true, ..Default::default() };
+        let disk_cache = prompt_cache_dir.map(|dir| (dir, DISK_CACHE_BYTES));
+        let config = ServiceConfig { max_queue: 8, remember_chats: true, disk_cache, ..Default::default() };
         Self { service: EngineHandle::spawn_empty(config), cancels: Default::default() }
     }
 
@@ -232,9 +246,7 @@ fn forward(reply: &Reply, out: &ReplyOut, store: &Mutex<Store>) {
         };
         match &event {
             ReplyEvent::Tokens { tokens } => saver.push(tokens),
-            ReplyEvent::Done { stats, finish_reason, .. } => {
-                saver.end(&mut outbox, Some(stats), finish_reason.as_str())
-            }
+            ReplyEvent::Done { stats, finish_reason, .. } => saver.end(&mut outbox, Some(stats), finish_reason.shown()),
             // The tokens that came before stay: the partial reply is kept, marked "error".
             ReplyEvent::Failed { .. } => saver.end(&mut outbox, None, "error"),
             _ => {}

@@ -151,7 +151,8 @@ fn setup(app: &mut tauri::App) -> Result<(), Box<dyn std::error::Error>> {
     let saved: Option<settings::AppSettings> = read_setting(&store, commands::SETTINGS_KEY, &notices);
     let added = read_setting(&store, commands::ADDED_MODELS_KEY, &notices);
     paths::set_added(added.unwrap_or_default());
-    let engine = Engine::spawn();
+    // A chat reopened after a restart resumes from its cache here instead of being read again.
+    let engine = Engine::spawn(Some(dir.join("prompt-cache")));
     // The stored chats, for the auto drafter's copies (the engine keeps about 4 MB of text).
     match store.recent_texts(specula_engine::service::REMEMBERED_BYTES) {
         Ok(texts) => engine.remember(texts),

@@ -5,8 +5,8 @@
 use crate::error::{CommandResult, ErrorCode, ErrorInfo};
 use crate::AppState;
 use specula_engine::inspect::available_memory;
+use specula_engine::protocol::TYPICAL_CONTEXT;
 use specula_engine::protocol::{CatalogueEntry, Diagnosis, ModelRole, PullEvent, RecommendedPair};
-use specula_engine::DEFAULT_CONTEXT;
 use specula_hub::catalogue::{recommended, CatalogueModel, Family, CATALOGUE};
 use specula_hub::{local_models, Hub};
 use std::collections::HashMap;
@@ -31,7 +31,7 @@ fn entry(hub: &Hub, family: &'static Family, role: ModelRole, m: &'static Catalo
         repo: m.repo.into(),
         file: m.file.into(),
         file_mb: m.file_mb,
-        memory_mb: m.expected_memory_mb(DEFAULT_CONTEXT),
+        memory_mb: m.expected_memory_mb(TYPICAL_CONTEXT),
         path: hub.cached(m.repo, "main", m.file),
     }
 }
@@ -57,7 +57,7 @@ pub fn catalogue() -> Vec<CatalogueEntry> {
 pub fn recommended_pair() -> Option<RecommendedPair> {
     let available_mb = available_memory().unwrap_or(8 << 30) >> 20;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let pick = recommended(available_mb, cores, DEFAULT_CONTEXT)?;
+    let pick = recommended(available_mb, cores, TYPICAL_CONTEXT)?;
     let hub = Hub::from_env();
     let reason = format!(
         "{cores} CPU cores and {:.1} GB free: {} answers at a usable speed here, and {} drafts for it",

@@ -42,7 +42,9 @@ impl EngineSettings for AppSettings {
         let target = crate::paths::model_path(&self.target)?;
         let draft_vocab = specula_engine::DEFAULT_DRAFT_VOCAB;
         let prompt_cache = self.cache_mb.map(|mib| (mib as usize) << 20);
-        Ok(LoadSpec { target, draft, draft_vocab, context: self.context, device: self.device.clone(), prompt_cache })
+        let context = self.context_tokens.unwrap_or(specula_engine::AUTO_CONTEXT);
+        let (kv_format, device) = (self.kv_format, self.device.clone());
+        Ok(LoadSpec { target, draft, draft_vocab, context, kv_format, device, prompt_cache })
     }
 
     fn check_paths(&self) -> Result<(), ErrorInfo> {
@@ -71,6 +73,7 @@ impl EngineSettings for AppSettings {
         let mut request = Request::new(Prompt::Chat(messages), self.options()?);
         request.drafter = Some(self.drafter);
         request.k = Some(self.k);
+        request.overflow = self.overflow;
         request.models = models.clone();
         Ok(ReplyRequest { models, request })
     }
@@ -103,7 +106,7 @@ mod tests {
         let with_k = |k: &str| {
             let json = format!(
                 r#"{{"target":"t","draft":"","drafter":"none","k":{k},"mode":"greedy","temperature":0,
-                "top_p":1,"top_k":0,"seed":1,"max_tokens":8,"context":256,"device":"cpu"}}"#
+                "top_p":1,"top_k":0,"seed":1,"max_tokens":8,"context_tokens":256,"device":"cpu"}}"#
             );
             serde_json::from_str::<AppSettings>(&json).map(|s| s.k)
         };
@@ -157,9 +160,23 @@ mod tests {
     }
 
     #[test]
+    fn settings_saved_before_automatic_contexts_read_as_automatic_and_truncate_middle() {
+        let older = r#"{"target":"/m/t.gguf","draft":"","drafter":"none","k":"auto","mode":"greedy",
+            "temperature":0,"top_p":1,"top_k":0,"seed":null,"max_tokens":512,"context":4096,"device":"auto"}"#;
+        let s: AppSettings = serde_json::from_str(older).unwrap();
+        assert_eq!((s.context_tokens, s.overflow), (None, specula_engine::Overflow::TruncateMiddle));
+        let s = AppSettings { drafter: DrafterKind::Lookup, ..Default::default() };
+        assert_eq!(s.load_spec().unwrap().context, specula_engine::AUTO_CONTEXT);
+        let s = AppSettings { drafter: DrafterKind::Lookup, context_tokens: Some(2048), ..Default::default() };
+        assert_eq!(s.load_spec().unwrap().context, 2048);
+        let asked = s.reply_request(vec![Message::user("hi")]).unwrap();
+        assert_eq!(asked.request.overflow, specula_engine::Overflow::TruncateMiddle);
+    }
+
+    #[test]
     fn the_ui_shape_round_trips() {
         let json = r#"{"target":"/m/t.gguf","draft":"","drafter":"none","k":"auto","mode":"sample",
-            "temperature":0.7,"top_p":0.9,"top_k":40,"seed":1,"max_tokens":64,"context":2048,"device":"cpu"}"#;
+            "temperature":0.7,"top_p":0.9,"top_k":40,"seed":1,"max_tokens":64,"context_tokens":2048,"device":"cpu"}"#;
         let s: AppSettings = serde_json::from_str(json).unwrap();
         assert_eq!(s.drafter, DrafterKind::None);
         assert_eq!(s.label(), "plain · sample · seed 1");

@@ -170,9 +170,21 @@ pub struct ModelArgs {
     /// engine's choice for the pair, measured (see BENCHMARKS.md).
     #[arg(long)]
     pub draft_vocab: Option<usize>,
-    /// KV cache size in tokens (capped at the model's trained context).
-    #[arg(long, default_value_t = specula_engine::DEFAULT_CONTEXT)]
+    /// KV cache size in tokens, capped at the model's trained context. 0 (the default): the
+    /// trained context, capped by the memory free beside the weights (memory is taken as the
+    /// context fills).
+    #[arg(long, default_value_t = specula_engine::AUTO_CONTEXT)]
     pub ctx: usize,
+    /// How the KV cache stores keys and values: f16 (half the memory and half the reads at
+    /// depth) or f32 (the reference format).
+    #[arg(long, default_value = specula_engine::protocol::DEFAULT_KV_FORMAT.as_str())]
+    pub kv: specula_engine::KvFormat,
+    /// A prompt longer than the context: stop (an error), truncate-middle (keep the system
+    /// prompt and the first exchange, drop middle turns; cut the middle of a single long
+    /// message) or rolling (drop the oldest turns). A reply that fills the context goes on
+    /// after the same, or ends as "context full" with stop.
+    #[arg(long, default_value = "stop")]
+    pub overflow: specula_engine::Overflow,
     /// auto, cpu, cuda, cuda:N or metal.
     #[arg(long, default_value = "auto")]
     pub device: String,

@@ -3,11 +3,13 @@
 use crate::safe_text::{printable, printable_json, PrintableStream};
 use crate::{ModelArgs, SamplingArgs};
 use clap::Args;
+use specula_engine::chat::RenderOptions;
 use specula_engine::protocol::Collected;
+use specula_engine::protocol::{FinishReason, Trim};
 use specula_engine::service::{EngineHandle, Prompt, ReplyEvent, Request, ServiceConfig};
 use specula_engine::speculative::KSetting;
 use specula_engine::{
-    device, Decoding, Flow, GenerateOptions, Generation, Message, Session, Source, TokenEvent, TokenSink,
+    device, Decoding, Flow, GenerateOptions, Generation, Message, ReplyTo, Session, Source, TokenEvent, TokenSink,
 };
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
@@ -111,6 +113,13 @@ pub struct ServeArgs {
     /// every caller. Default: a quarter of the memory free after loading, at most 8 GiB; 0: none.
     #[arg(long, value_name = "MIB")]
     cache_ram: Option<usize>,
+    /// Keep callers' prompt caches in this folder too, across restarts: written when no
+    /// request waits, read when a prompt resumes one no longer in memory. Off by default.
+    #[arg(long, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// The most the --cache-dir folder holds, in MiB (least recently used files go first).
+    #[arg(long, value_name = "MIB", default_value_t = 4096)]
+    cache_dir_mib: u64,
     /// Also serve the built web UI (ui/dist, or the folder given).
     #[arg(long, num_args = 0..=1, default_missing_value = "ui/dist")]
     ui: Option<PathBuf>,
@@ -157,7 +166,7 @@ pub fn open_session(args: &ModelArgs) -> Result<Session, String> {
         return Err("--drafter model needs --draft MODEL.gguf".into());
     }
     let device = device::select(&args.device).map_err(|e| e.to_string())?;
-    let mut session = Session::load(&args.model, &device, args.ctx).map_err(|e| e.to_string())?;
+    let mut session = Session::load_with(&args.model, &device, args.ctx, args.kv).map_err(|e| e.to_string())?;
     if let Some(draft) = &args.draft {
         session.load_draft(draft, &device).map_err(|e| e.to_string())?;
         let vocab = args.draft_vocab.map_or(specula_engine::DEFAULT_DRAFT_VOCAB, |n| (n > 0).then_some(n));
@@ -184,19 +193,23 @@ pub fn generate(args: GenerateArgs) -> CliResult {
     let user = user_prompt(&args)?;
     let mut session = open_session(&args.model)?;
     let decoding = decoding(&args.model, args.k, &session);
-    let prompt = if args.raw {
-        session.target.tokenizer.encode(&user)
-    } else {
-        let mut messages: Vec<Message> = args.system.iter().map(Message::system).collect();
-        messages.push(Message::user(user));
-        session.chat_prompt(&messages, &[])
-    }
-    .map_err(|e| e.to_string())?;
+    let raw = match args.raw {
+        true => session.target.tokenizer.encode(&user).map_err(|e| e.to_string())?,
+        false => Vec::new(),
+    };
+    let render = RenderOptions::default();
+    let mut messages: Vec<Message> = args.system.iter().map(Message::system).collect();
+    messages.push(Message::user(user));
+    let to = match args.raw {
+        true => ReplyTo::Tokens(&raw),
+        false => ReplyTo::Chat { messages: &messages, tools: &[], render: &render },
+    };
     let options = options(&args.sampling);
+    let overflow = args.model.overflow;
     let generation = if args.json {
-        session.generate(&prompt, &options, decoding, &mut specula_engine::NullSink)
+        session.reply(to, overflow, &options, decoding, &mut specula_engine::NullSink)
     } else {
-        session.generate(&prompt, &options, decoding, &mut Printer::new())
+        session.reply(to, overflow, &options, decoding, &mut Printer::new())
     }
     .map_err(|e| e.to_string())?;
     if args.json {
@@ -218,7 +231,8 @@ pub fn chat(args: ChatArgs) -> CliResult {
     let engine = EngineHandle::spawn(session, config);
     let options = options(&args.sampling);
     chat_loop(args.system.as_deref(), &name, |messages| {
-        let request = Request::new(Prompt::Chat(messages.to_vec()), options.clone());
+        let mut request = Request::new(Prompt::Chat(messages.to_vec()), options.clone());
+        request.overflow = args.model.overflow;
         let ticket = engine.submit(request).map_err(|e| e.to_string())?;
         print_reply(|| ticket.recv(), || ticket.cancel(), Some(&mut Printer::new()))
     })
@@ -271,6 +285,9 @@ pub fn print_reply(
 ) -> Result<Generation, String> {
     let mut reply = Collected::default();
     while let Some(event) = next() {
+        if let (ReplyEvent::Trimmed { trim }, Some(_)) = (&event, printer.as_ref()) {
+            print_trim(trim);
+        }
         if let (ReplyEvent::Tokens { tokens }, Some(printer)) = (&event, printer.as_mut()) {
             if tokens.iter().any(|token| printer.on_token(token) == Flow::Stop) {
                 cancel();
@@ -297,6 +314,7 @@ pub fn serve(args: ServeArgs) -> CliResult {
         default_k: args.k,
         default_drafter: args.model.drafter,
         prompt_cache_bytes: args.cache_ram.map(|mib| mib << 20),
+        disk_cache: args.cache_dir.clone().map(|dir| (dir, args.cache_dir_mib << 20)),
         ..Default::default()
     };
     let limits = specula_server::listen::Limits { max_connections: args.max_connections, ..Default::default() };
@@ -306,6 +324,7 @@ pub fn serve(args: ServeArgs) -> CliResult {
         limits,
         ui_dir: args.ui,
         request_timeout: std::time::Duration::from_secs(args.request_timeout),
+        overflow: args.model.overflow,
     };
     let runtime = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
     let addr = std::net::SocketAddr::new(args.host, args.port);
@@ -426,6 +445,11 @@ impl Printer {
 }
 
 impl TokenSink for Printer {
+    fn on_trim(&mut self, trim: &Trim) -> Flow {
+        print_trim(trim);
+        Flow::Continue
+    }
+
     fn on_token(&mut self, token: &TokenEvent) -> Flow {
         let mut out = std::io::stdout().lock();
         let code = match token.source {
@@ -448,8 +472,16 @@ impl TokenSink for Printer {
     }
 }
 
+/// The marker where the chat left the model's view, on stderr beside the reply.
+fn print_trim(trim: &Trim) {
+    eprintln!("\n[{}]", specula_engine::fitted::describe_trim(trim));
+}
+
 pub fn print_stats(g: &Generation) {
     let s = &g.stats;
+    if g.finish_reason == FinishReason::ContextFull {
+        eprintln!("[context full: the reply filled the context; --overflow truncate-middle or rolling goes on]");
+    }
     let prefill_rate =
         s.prompt_tokens.saturating_sub(s.cached_prompt_tokens) as f64 / (s.prefill_ms / 1000.0).max(1e-9);
     eprintln!(

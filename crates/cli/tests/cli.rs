@@ -100,6 +100,39 @@ fn a_prompt_longer_than_the_context_is_a_clear_error() {
 }
 
 #[test]
+fn a_prompt_longer_than_the_context_is_answered_under_truncate_middle_and_with_the_default_context() {
+    let smol = model(SMOLLM);
+    let long = "word ".repeat(200);
+    let args =
+        ["generate", "--model", smol.to_str().unwrap(), "--prompt", &long, "--device", "cpu", "--mode", "greedy"];
+    let out = specula(&[&args[..], &["--ctx", "64", "--overflow", "truncate-middle", "--max-tokens", "8"]].concat());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("tokens from the middle of the prompt left out of the model's view"), "{stderr}");
+    assert!(!String::from_utf8_lossy(&out.stdout).trim().is_empty(), "an answer");
+    // The default context is the model's trained one (8,192 here), so 5,000 words need no policy.
+    let longer = "word ".repeat(5000);
+    let fits = [
+        "generate",
+        "--model",
+        smol.to_str().unwrap(),
+        "--prompt",
+        &longer,
+        "--device",
+        "cpu",
+        "--max-tokens",
+        "4",
+        "--json",
+    ];
+    let out = specula(&fits);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let reply: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(reply["stats"]["prompt_tokens"].as_u64().unwrap() > 5000, "{reply}");
+    assert!(reply["stats"].get("trimmed").is_none(), "nothing left out: {reply}");
+}
+
+#[test]
 fn a_model_too_large_for_free_memory_is_a_clear_error() {
     let smol = model(SMOLLM);
     let out = Command::new(env!("CARGO_BIN_EXE_specula"))

@@ -13,7 +13,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = args.next().ok_or("usage: pass_cost <model.gguf> [rounds]")?;
     let rounds: usize = args.next().map(|r| r.parse()).transpose()?.unwrap_or(10);
     let mut gguf = GgufFile::open(&path)?;
-    let (mut model, _) = load_model(&mut gguf, &candle_core::Device::Cpu, 512)?;
+    let (mut model, _) = load_model(&mut gguf, &candle_core::Device::Cpu, 512, Default::default())?;
     // A 100-token context, as in `specula bench`; which tokens does not change the cost.
     let context: Vec<u32> = (0..100u32).map(|i| 1000 + i * 37).collect();
     model.forward_last(&context)?;

@@ -39,6 +39,8 @@ pub fn tensor_attention(
 ) -> Result<Tensor> {
     let (n_head, n, head_dim) = q.dims3()?;
     let n_kv_head = k.dims()[0];
+    // An f16 cache is widened for the matmuls with the f32 queries.
+    let (k, v) = (&k.to_dtype(DType::F32)?, &v.to_dtype(DType::F32)?);
     let group = n_head / n_kv_head;
     let repeat = |t: &Tensor| -> candle_core::Result<Tensor> {
         let t = t.narrow(1, 0, kv_len)?;
@@ -83,8 +85,41 @@ impl CustomOp3 for RowExactAttention {
             candle_core::bail!("attention: bad cache layout or length")
         }
         let q = &q.as_slice::<f32>()?[lq.start_offset()..];
-        let k = &k.as_slice::<f32>()?[lk.start_offset()..];
-        let v = &v.as_slice::<f32>()?[lv.start_offset()..];
+        let shape = Shape::from((n, n_head * head_dim));
+        let out = match (k, v) {
+            (CpuStorage::F32(k), CpuStorage::F32(v)) => self.attend(
+                q,
+                &k[lk.start_offset()..],
+                &v[lv.start_offset()..],
+                (n_head, n, head_dim),
+                n_kv_head,
+                capacity,
+            ),
+            (CpuStorage::F16(k), CpuStorage::F16(v)) => self.attend(
+                q,
+                &k[lk.start_offset()..],
+                &v[lv.start_offset()..],
+                (n_head, n, head_dim),
+                n_kv_head,
+                capacity,
+            ),
+            _ => candle_core::bail!("attention: keys and values of another type"),
+        };
+        Ok((CpuStorage::F32(out), shape))
+    }
+}
+
+impl RowExactAttention {
+    /// Every query row over the cache's keys and values (stored as `T`), `[n, n_head * d]`.
+    fn attend<T: Rows>(
+        &self,
+        q: &[f32],
+        k: &[T],
+        v: &[T],
+        (n_head, n, head_dim): (usize, usize, usize),
+        n_kv_head: usize,
+        capacity: usize,
+    ) -> Vec<f32> {
         let group = n_head / n_kv_head;
         let scale = 1.0 / (head_dim as f32).sqrt();
         let mut out = vec![0f32; n * n_head * head_dim];
@@ -128,16 +163,41 @@ impl CustomOp3 for RowExactAttention {
             true => crate::kernels::parallel_items(items, 1, attend),
             false => attend(0..items),
         }
-        Ok((CpuStorage::F32(out), Shape::from((n, n_head * head_dim))))
+        out
+    }
+}
+
+/// How cached keys and values are stored: f32 as they are, f16 widened a block at a time as
+/// they are read (exactly: every f16 is an f32), so a row's result still never depends on its
+/// batch, and an f16 cache reads half the bytes.
+pub trait Rows: Copy + Send + Sync + 'static {
+    /// `count` rows of `d` from row `from` of `rows`, as f32: a view, or widened into `buf`.
+    fn rows_f32<'a>(rows: &'a [Self], from: usize, count: usize, d: usize, buf: &'a mut Vec<f32>) -> &'a [f32];
+}
+
+impl Rows for f32 {
+    #[inline(always)]
+    fn rows_f32<'a>(rows: &'a [Self], from: usize, count: usize, d: usize, _: &'a mut Vec<f32>) -> &'a [f32] {
+        &rows[from * d..][..count * d]
+    }
+}
+
+impl Rows for half::f16 {
+    #[inline(always)]
+    fn rows_f32<'a>(rows: &'a [Self], from: usize, count: usize, d: usize, buf: &'a mut Vec<f32>) -> &'a [f32] {
+        use half::slice::HalfFloatSliceExt;
+        buf.resize(count * d, 0.0);
+        rows[from * d..][..count * d].convert_to_f32_slice(buf);
+        &buf[..]
     }
 }
 
 /// One item's work: query heads over a kv head's cached keys and values (`len × d` each).
 #[derive(Clone, Copy)]
-struct Attend<'a> {
+struct Attend<'a, T> {
     heads: QueryHeads<'a>,
-    keys: &'a [f32],
-    values: &'a [f32],
+    keys: &'a [T],
+    values: &'a [T],
     scale: f32,
 }
 
@@ -165,29 +225,29 @@ const PARALLEL_WORK: usize = 1 << 18;
 /// the heads. With FMA (checked once per process) the same arithmetic in fused multiply-adds
 /// on AVX2 registers; a process keeps one path, so a row's result still never depends on its
 /// batch.
-fn attend_heads(job: &Attend, scores: &mut [f32], dst: &mut [f32]) {
+fn attend_heads<T: Rows>(job: &Attend<T>, scores: &mut [f32], dst: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if crate::lanes::has_avx2_fma() {
         // SAFETY: the CPU has AVX2 and FMA (checked above).
         return unsafe { attend_heads_fma(job, scores, dst) };
     }
-    attend_heads_with::<false>(job, scores, dst)
+    attend_heads_with::<false, T>(job, scores, dst)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn attend_heads_fma(job: &Attend, scores: &mut [f32], dst: &mut [f32]) {
-    attend_heads_with::<true>(job, scores, dst)
+unsafe fn attend_heads_fma<T: Rows>(job: &Attend<T>, scores: &mut [f32], dst: &mut [f32]) {
+    attend_heads_with::<true, T>(job, scores, dst)
 }
 
 #[inline(always)]
-fn attend_heads_with<const FMA: bool>(job: &Attend, scores: &mut [f32], dst: &mut [f32]) {
+fn attend_heads_with<const FMA: bool, T: Rows>(job: &Attend<T>, scores: &mut [f32], dst: &mut [f32]) {
     let Attend { heads, keys, values, scale } = *job;
     let d = dst.len() / heads.count;
     let len = keys.len() / d;
     // Plain loops, no closures: a closure is compiled without the caller's target features,
     // and `mul_add` there becomes a call to libm's `fmaf`.
-    score_keys::<FMA>(&heads, keys, d, scale, scores);
+    score_keys::<FMA, T>(&heads, keys, d, scale, scores);
     let mut inverse_sums = vec![0f32; heads.count];
     for (row, inverse) in scores.chunks_exact_mut(len).zip(&mut inverse_sums) {
         // e^x correctly rounded but for a few in a million (with the 2-ulp `lanes::exp` the
@@ -201,7 +261,9 @@ fn attend_heads_with<const FMA: bool>(job: &Attend, scores: &mut [f32], dst: &mu
     dst.fill(0.0);
     // Tiles of value rows that stay in L1 while each head's weighted sum runs over them, in
     // strips of STRIP floats held in registers: the sum is in position order either way.
-    for (t, tile) in values.chunks(TILE * d).enumerate() {
+    let mut widened = Vec::new();
+    for t in 0..len.div_ceil(TILE) {
+        let tile = T::rows_f32(values, t * TILE, TILE.min(len - t * TILE), d, &mut widened);
         for (g, out) in dst.chunks_exact_mut(d).enumerate() {
             let weights = &scores[g * len + t * TILE..][..tile.len() / d];
             for (s, strip) in out.chunks_mut(STRIP).enumerate() {
@@ -227,15 +289,17 @@ fn attend_heads_with<const FMA: bool>(job: &Attend, scores: &mut [f32], dst: &mu
 
 /// `scores[g * len + j] = q_g · k_j · scale`, each key row loaded once for all the heads.
 #[inline(always)]
-fn score_keys<const FMA: bool>(heads: &QueryHeads, keys: &[f32], d: usize, scale: f32, scores: &mut [f32]) {
+fn score_keys<const FMA: bool, T: Rows>(heads: &QueryHeads, keys: &[T], d: usize, scale: f32, scores: &mut [f32]) {
     let len = keys.len() / d;
+    let mut widened = Vec::new();
     #[cfg(target_arch = "x86_64")]
     if FMA && d.is_multiple_of(8) {
         // Eight keys at a time: eight independent chains of fused multiply-adds, summed
         // across in one transposing tree. The last few keys go through the same code padded
         // with zero rows, so every key's score has the same arithmetic.
         let mut padded = Vec::new();
-        for (block, rows) in keys.chunks(8 * d).enumerate() {
+        for block in 0..len.div_ceil(8) {
+            let rows = T::rows_f32(keys, 8 * block, 8.min(len - 8 * block), d, &mut widened);
             let rows = match rows.len() == 8 * d {
                 true => rows,
                 false => {
@@ -256,7 +320,8 @@ fn score_keys<const FMA: bool>(heads: &QueryHeads, keys: &[f32], d: usize, scale
         }
         return;
     }
-    for (j, key) in keys.chunks_exact(d).enumerate() {
+    for j in 0..len {
+        let key = T::rows_f32(keys, j, 1, d, &mut widened);
         for g in 0..heads.count {
             scores[g * len + j] = dot::<FMA>(heads.head(g, d), key) * scale;
         }
@@ -453,6 +518,30 @@ mod tests {
             let qi = q.narrow(1, i, 1).unwrap();
             let row: Vec<Vec<f32>> = causal_attention(&qi, &alone, 6 + i, None).unwrap().to_vec2().unwrap();
             assert_eq!(&row[0], expected);
+        }
+    }
+
+    #[test]
+    fn an_f16_cache_attends_as_its_widened_values_do_and_a_row_is_the_same_alone_or_in_a_batch() {
+        use crate::kv_cache::KvFormat;
+        let (k, v) = (random((2, 40, 64), 41), random((2, 40, 64), 42));
+        let fill = |len: usize| {
+            let mut cache = KvCache::with_format(2, 40, 64, KvFormat::F16, &Device::Cpu).unwrap();
+            cache.append(&k.narrow(1, 0, len).unwrap(), &v.narrow(1, 0, len).unwrap()).unwrap();
+            cache
+        };
+        let q = random((6, 3, 64), 43); // positions 37, 38, 39
+        let batched: Vec<Vec<f32>> = causal_attention(&q, &fill(40), 37, None).unwrap().to_vec2().unwrap();
+        // The same as an f32 cache holding the f16-rounded values, within the f32 path's rounding.
+        let mut widened = KvCache::new(2, 40, 64, &Device::Cpu).unwrap();
+        let round = |t: &Tensor| t.to_dtype(DType::F16).unwrap().to_dtype(DType::F32).unwrap();
+        widened.append(&round(&k), &round(&v)).unwrap();
+        let reference: Vec<Vec<f32>> = causal_attention(&q, &widened, 37, None).unwrap().to_vec2().unwrap();
+        assert_eq!(batched, reference, "widening is exact, so the bits are the f32 path's");
+        for (i, expected) in batched.iter().enumerate() {
+            let row: Vec<Vec<f32>> =
+                causal_attention(&q.narrow(1, i, 1).unwrap(), &fill(38 + i), 37 + i, None).unwrap().to_vec2().unwrap();
+            assert_eq!(&row[0], expected, "row {i}");
         }
     }
 

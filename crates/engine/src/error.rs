@@ -72,6 +72,11 @@ pub enum Error {
 
     #[error("tensor computation failed: {}", first_line(.0))]
     Candle(#[from] candle_core::Error),
+
+    /// Reading or writing a saved prompt cache (decode/disk_cache.rs): logged, and the cache
+    /// file ignored; the reply goes on without it.
+    #[error("a saved prompt cache: {0}")]
+    SavedCache(#[from] std::io::Error),
 }
 
 /// candle appends a backtrace to its messages when RUST_BACKTRACE is set; users get the
@@ -120,6 +125,7 @@ impl Error {
             Error::NoModel(_) => ErrorCode::NoModel,
             Error::JobPanicked(_) => ErrorCode::EngineFailure,
             Error::Candle(_) => ErrorCode::Compute,
+            Error::SavedCache(_) => ErrorCode::Io,
         }
     }
 }

@@ -1,24 +1,61 @@
-//! A preallocated key/value cache for one attention layer.
+//! A key/value cache for one attention layer, grown as it fills.
 //!
 //! Writes go in place at the current length, so appending never copies what is cached, and
 //! rolling back is only a smaller length: positions past it are dead and are overwritten by
 //! the next append. This is what lets speculative decoding forget rejected tokens for free.
+//! The buffers start small and double when an append needs more room, up to the context's
+//! limit: a model loaded for 32,768 positions takes memory for the positions a chat has used,
+//! not for all of them at load (llama.cpp commits the whole context at start).
 
 use crate::error::{Error, Result};
 use candle_core::{DType, Device, Tensor};
+use half::f16;
+pub use specula_protocol::KvFormat;
+
+/// Positions allocated at first: a short chat never grows the buffers.
+const FIRST_ALLOCATION: usize = 1024;
 
 pub struct KvCache {
-    /// `[n_kv_head, capacity, head_dim]`
+    /// `[n_kv_head, allocated, head_dim]`, in the cache's format.
     k: Tensor,
-    /// `[n_kv_head, capacity, head_dim]`
+    /// `[n_kv_head, allocated, head_dim]`
     v: Tensor,
     len: usize,
+    /// The most positions it may hold (the context).
+    limit: usize,
+}
+
+fn dtype_of(format: KvFormat) -> DType {
+    match format {
+        KvFormat::F32 => DType::F32,
+        KvFormat::F16 => DType::F16,
+    }
 }
 
 impl KvCache {
-    pub fn new(n_kv_head: usize, capacity: usize, head_dim: usize, device: &Device) -> Result<Self> {
-        let shape = (n_kv_head, capacity, head_dim);
-        Ok(Self { k: Tensor::zeros(shape, DType::F32, device)?, v: Tensor::zeros(shape, DType::F32, device)?, len: 0 })
+    /// An f32 cache (the reference format).
+    pub fn new(n_kv_head: usize, limit: usize, head_dim: usize, device: &Device) -> Result<Self> {
+        Self::with_format(n_kv_head, limit, head_dim, KvFormat::F32, device)
+    }
+
+    pub fn with_format(
+        n_kv_head: usize,
+        limit: usize,
+        head_dim: usize,
+        format: KvFormat,
+        device: &Device,
+    ) -> Result<Self> {
+        let shape = (n_kv_head, limit.min(FIRST_ALLOCATION), head_dim);
+        let dtype = dtype_of(format);
+        let (k, v) = (Tensor::zeros(shape, dtype, device)?, Tensor::zeros(shape, dtype, device)?);
+        Ok(Self { k, v, len: 0, limit })
+    }
+
+    pub fn format(&self) -> KvFormat {
+        match self.k.dtype() {
+            DType::F16 => KvFormat::F16,
+            _ => KvFormat::F32,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -29,18 +66,47 @@ impl KvCache {
         self.len == 0
     }
 
+    /// The most positions it may hold.
     pub fn capacity(&self) -> usize {
+        self.limit
+    }
+
+    /// Positions it holds memory for now.
+    pub fn allocated(&self) -> usize {
         self.k.dims()[1]
     }
 
-    /// Append `k`, `v`: `[n_kv_head, n, head_dim]`, contiguous.
+    /// Room for `needed` positions: the buffers doubled (at least), the live positions copied.
+    fn reserve(&mut self, needed: usize) -> Result<()> {
+        if needed <= self.allocated() {
+            return Ok(());
+        }
+        let (heads, allocated, dim) = self.k.dims3()?;
+        let grown = needed.max(allocated * 2).min(self.limit);
+        let device = self.k.device().clone();
+        let mut buffers = Vec::with_capacity(2);
+        for old in [&self.k, &self.v] {
+            let new = Tensor::zeros((heads, grown, dim), old.dtype(), &device)?;
+            if self.len > 0 {
+                new.slice_set(&old.narrow(1, 0, self.len)?.contiguous()?, 1, 0)?;
+            }
+            buffers.push(new);
+        }
+        self.v = buffers.pop().expect("two buffers");
+        self.k = buffers.pop().expect("two buffers");
+        Ok(())
+    }
+
+    /// Append `k`, `v`: `[n_kv_head, n, head_dim]`, contiguous f32 (stored in the cache's format).
     pub fn append(&mut self, k: &Tensor, v: &Tensor) -> Result<()> {
         let n = k.dims()[1];
         if self.len + n > self.capacity() {
             return Err(Error::ContextOverflow { prompt_tokens: self.len + n, context: self.capacity(), reserve: 0 });
         }
-        self.k.slice_set(k, 1, self.len)?;
-        self.v.slice_set(v, 1, self.len)?;
+        self.reserve(self.len + n)?;
+        let dtype = self.k.dtype();
+        self.k.slice_set(&k.to_dtype(dtype)?, 1, self.len)?;
+        self.v.slice_set(&v.to_dtype(dtype)?, 1, self.len)?;
         self.len += n;
         Ok(())
     }
@@ -53,43 +119,173 @@ impl KvCache {
     /// A copy of the live positions, in host memory: another sequence may use the cache
     /// meanwhile, and [`Self::restore`] brings these back bit for bit.
     pub fn save(&self) -> Result<KvSnapshot> {
-        let copy = |t: &Tensor| -> Result<Vec<f32>> { Ok(t.narrow(1, 0, self.len)?.flatten_all()?.to_vec1()?) };
+        let copy = |t: &Tensor| -> Result<Values> {
+            let live = t.narrow(1, 0, self.len)?.flatten_all()?;
+            Ok(match t.dtype() {
+                DType::F16 => Values::F16(live.to_vec1()?),
+                _ => Values::F32(live.to_vec1()?),
+            })
+        };
         Ok(KvSnapshot { k: copy(&self.k)?, v: copy(&self.v)?, len: self.len })
     }
 
     /// Hold exactly what `snapshot` held (positions past it are dead, as after a truncate).
     pub fn restore(&mut self, snapshot: &KvSnapshot) -> Result<()> {
-        let (heads, capacity, dim) = self.k.dims3()?;
-        if snapshot.len > capacity || snapshot.k.len() != heads * snapshot.len * dim {
+        let (heads, _, dim) = self.k.dims3()?;
+        let fits = snapshot.k.format() == self.format() && snapshot.k.len() == heads * snapshot.len * dim;
+        if snapshot.len > self.limit || !fits {
             return Err(Error::InvalidSetting("a saved cache does not fit this model's".into()));
         }
+        self.reserve(snapshot.len)?;
         if snapshot.len > 0 {
             let device = self.k.device().clone();
             let shape = (heads, snapshot.len, dim);
-            self.k.slice_set(&Tensor::from_slice(&snapshot.k, shape, &device)?, 1, 0)?;
-            self.v.slice_set(&Tensor::from_slice(&snapshot.v, shape, &device)?, 1, 0)?;
+            self.k.slice_set(&snapshot.k.tensor(shape, &device)?, 1, 0)?;
+            self.v.slice_set(&snapshot.v.tensor(shape, &device)?, 1, 0)?;
         }
         self.len = snapshot.len;
         Ok(())
     }
 
-    /// The whole buffers; only the first `len()` positions are live.
+    /// The buffers as allocated; only the first `len()` positions are live.
     pub fn buffers(&self) -> (&Tensor, &Tensor) {
         (&self.k, &self.v)
     }
 }
 
+/// A layer's keys or values, in the cache's format.
+#[derive(Debug, Clone, PartialEq)]
+enum Values {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+}
+
+impl Values {
+    fn format(&self) -> KvFormat {
+        match self {
+            Values::F32(_) => KvFormat::F32,
+            Values::F16(_) => KvFormat::F16,
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Values::F32(v) => v.len(),
+            Values::F16(v) => v.len(),
+        }
+    }
+
+    fn tensor(&self, shape: (usize, usize, usize), device: &Device) -> Result<Tensor> {
+        Ok(match self {
+            Values::F32(v) => Tensor::from_slice(v, shape, device)?,
+            Values::F16(v) => Tensor::from_slice(v, shape, device)?,
+        })
+    }
+
+    fn write_to(&self, out: &mut dyn std::io::Write) -> Result<()> {
+        match self {
+            Values::F32(v) => write_f32s(out, v),
+            Values::F16(v) => write_le(out, v, |x| x.to_bits().to_le_bytes()),
+        }
+    }
+
+    fn read_from(input: &mut dyn std::io::Read, format: KvFormat, count: usize) -> Result<Self> {
+        Ok(match format {
+            KvFormat::F32 => Values::F32(read_f32s(input, count)?),
+            KvFormat::F16 => Values::F16(read_le(input, count, |b: [u8; 2]| f16::from_bits(u16::from_le_bytes(b)))?),
+        })
+    }
+}
+
 /// One layer's live keys and values, copied out by [`KvCache::save`].
 pub struct KvSnapshot {
-    k: Vec<f32>,
-    v: Vec<f32>,
+    k: Values,
+    v: Values,
     len: usize,
 }
 
 impl KvSnapshot {
-    pub fn bytes(&self) -> usize {
-        (self.k.len() + self.v.len()) * std::mem::size_of::<f32>()
+    /// Positions it holds.
+    pub fn len(&self) -> usize {
+        self.len
     }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn bytes(&self) -> usize {
+        (self.k.len() + self.v.len()) * self.k.format().bytes()
+    }
+
+    /// The snapshot as bytes: its format, its length, then keys and values, little-endian.
+    pub fn write_to(&self, out: &mut dyn std::io::Write) -> Result<()> {
+        let tag: u8 = match self.k.format() {
+            KvFormat::F32 => 0,
+            KvFormat::F16 => 1,
+        };
+        out.write_all(&[tag])?;
+        out.write_all(&(self.len as u64).to_le_bytes())?;
+        out.write_all(&(self.k.len() as u64).to_le_bytes())?;
+        self.k.write_to(out)?;
+        self.v.write_to(out)
+    }
+
+    /// A snapshot [`Self::write_to`] wrote, of a cache in `format` with `row` values a position
+    /// and at most `limit` positions: anything else is refused before it is allocated.
+    pub fn read_from(input: &mut dyn std::io::Read, format: KvFormat, row: usize, limit: usize) -> Result<Self> {
+        let mut tag = [0u8];
+        input.read_exact(&mut tag)?;
+        let len = read_u64(input)? as usize;
+        let values = read_u64(input)? as usize;
+        let same_format = tag[0] == u8::from(format == KvFormat::F16);
+        if !same_format || len > limit || Some(values) != len.checked_mul(row) {
+            return Err(Error::InvalidSetting("a saved cache does not fit this model's".into()));
+        }
+        let k = Values::read_from(input, format, values)?;
+        let v = Values::read_from(input, format, values)?;
+        Ok(Self { k, v, len })
+    }
+}
+
+fn write_le<T: Copy, const N: usize>(
+    out: &mut dyn std::io::Write,
+    values: &[T],
+    bytes: fn(T) -> [u8; N],
+) -> Result<()> {
+    let mut block = Vec::with_capacity((16 << 10) * N);
+    for chunk in values.chunks(16 << 10) {
+        block.clear();
+        block.extend(chunk.iter().flat_map(|&x| bytes(x)));
+        out.write_all(&block)?;
+    }
+    Ok(())
+}
+
+fn read_le<T, const N: usize>(input: &mut dyn std::io::Read, count: usize, value: fn([u8; N]) -> T) -> Result<Vec<T>> {
+    let mut values = Vec::with_capacity(count);
+    let mut block = vec![0u8; (16 << 10) * N];
+    while values.len() < count {
+        let n = (count - values.len()).min(16 << 10);
+        input.read_exact(&mut block[..n * N])?;
+        values.extend(block[..n * N].chunks_exact(N).map(|b| value(b.try_into().expect("N bytes"))));
+    }
+    Ok(values)
+}
+
+/// `values` little-endian, in blocks (no copy of the whole).
+pub fn write_f32s(out: &mut dyn std::io::Write, values: &[f32]) -> Result<()> {
+    write_le(out, values, f32::to_le_bytes)
+}
+
+pub fn read_f32s(input: &mut dyn std::io::Read, count: usize) -> Result<Vec<f32>> {
+    read_le(input, count, f32::from_le_bytes)
+}
+
+pub fn read_u64(input: &mut dyn std::io::Read) -> Result<u64> {
+    let mut b = [0u8; 8];
+    input.read_exact(&mut b)?;
+    Ok(u64::from_le_bytes(b))
 }
 
 #[cfg(test)]
@@ -117,6 +313,63 @@ mod tests {
     }
 
     #[test]
+    fn the_buffers_grow_as_they_fill_and_keep_what_they_held() {
+        let limit = FIRST_ALLOCATION * 3;
+        let mut cache = KvCache::new(1, limit, 2, &Device::Cpu).unwrap();
+        assert_eq!((cache.allocated(), cache.capacity()), (FIRST_ALLOCATION, limit));
+        let rows = |from: usize, n: usize| {
+            let values: Vec<f32> = (from..from + n).flat_map(|p| [p as f32, -(p as f32)]).collect();
+            Tensor::from_vec(values, (1, n, 2), &Device::Cpu).unwrap()
+        };
+        cache.append(&rows(0, FIRST_ALLOCATION), &rows(0, FIRST_ALLOCATION)).unwrap();
+        assert_eq!(cache.allocated(), FIRST_ALLOCATION, "full, not grown");
+        cache.append(&rows(FIRST_ALLOCATION, 1), &rows(FIRST_ALLOCATION, 1)).unwrap();
+        assert_eq!(cache.allocated(), FIRST_ALLOCATION * 2, "doubled");
+        cache
+            .append(&rows(FIRST_ALLOCATION + 1, limit - FIRST_ALLOCATION - 1), &rows(0, limit - FIRST_ALLOCATION - 1))
+            .unwrap();
+        assert_eq!(cache.allocated(), limit, "never past the limit");
+        let k: Vec<f32> = cache.buffers().0.flatten_all().unwrap().to_vec1().unwrap();
+        let expected: Vec<f32> = (0..limit).flat_map(|p| [p as f32, -(p as f32)]).collect();
+        assert_eq!(k, expected, "every row where it was written, across two growths");
+        assert!(cache.append(&rows(0, 1), &rows(0, 1)).is_err());
+        let saved = cache.save().unwrap();
+        let mut fresh = KvCache::new(1, limit, 2, &Device::Cpu).unwrap();
+        fresh.restore(&saved).unwrap();
+        assert_eq!((fresh.len(), fresh.allocated()), (limit, limit), "a restore grows to what it brings back");
+    }
+
+    #[test]
+    fn an_f16_cache_holds_each_value_rounded_once_and_saves_and_restores_it_exactly() {
+        let mut cache = KvCache::with_format(2, 8, 4, KvFormat::F16, &Device::Cpu).unwrap();
+        let values: Vec<f32> = (0..24).map(|i| 1.0 + i as f32 / 3.0).collect();
+        let rows = Tensor::from_vec(values.clone(), (2, 3, 4), &Device::Cpu).unwrap();
+        cache.append(&rows, &rows).unwrap();
+        let kept: Vec<f32> = cache
+            .buffers()
+            .0
+            .narrow(1, 0, 3)
+            .unwrap()
+            .to_dtype(DType::F32)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let rounded: Vec<f32> = values.iter().map(|&x| f16::from_f32(x).to_f32()).collect();
+        assert_eq!(kept, rounded);
+        let saved = cache.save().unwrap();
+        assert_eq!(saved.bytes(), 2 * 24 * 2, "two bytes a value");
+        let mut bytes = Vec::new();
+        saved.write_to(&mut bytes).unwrap();
+        let back = KvSnapshot::read_from(&mut bytes.as_slice(), KvFormat::F16, 8, 8).unwrap();
+        let mut fresh = KvCache::with_format(2, 8, 4, KvFormat::F16, &Device::Cpu).unwrap();
+        fresh.restore(&back).unwrap();
+        assert_eq!(fresh.save().unwrap().k, saved.k);
+        assert!(KvCache::new(2, 8, 4, &Device::Cpu).unwrap().restore(&back).is_err(), "an f32 cache refuses it");
+    }
+
+    #[test]
     fn a_restored_cache_holds_what_was_saved_whatever_was_written_since() {
         let mut cache = KvCache::new(2, 6, 3, &Device::Cpu).unwrap();
         let rows = |x: f32, n| (Tensor::ones((2, n, 3), DType::F32, &Device::Cpu).unwrap() * x as f64).unwrap();
@@ -134,5 +387,14 @@ mod tests {
         let other = KvCache::new(1, 6, 3, &Device::Cpu).unwrap().save().unwrap();
         assert!(KvCache::new(2, 2, 3, &Device::Cpu).unwrap().restore(&saved).is_err(), "too long");
         assert_eq!(other.bytes(), 0);
+        let mut bytes = Vec::new();
+        saved.write_to(&mut bytes).unwrap();
+        let f32s = KvFormat::F32;
+        let back = KvSnapshot::read_from(&mut bytes.as_slice(), f32s, 6, 6).unwrap();
+        assert_eq!((back.k, back.v, back.len), (saved.k.clone(), saved.v.clone(), 3));
+        assert!(KvSnapshot::read_from(&mut bytes.as_slice(), f32s, 6, 2).is_err(), "longer than the cache");
+        assert!(KvSnapshot::read_from(&mut bytes.as_slice(), f32s, 5, 6).is_err(), "another shape");
+        assert!(KvSnapshot::read_from(&mut bytes.as_slice(), KvFormat::F16, 6, 6).is_err(), "another format");
+        assert!(KvSnapshot::read_from(&mut &bytes[..40], f32s, 6, 6).is_err(), "cut short");
     }
 }

@@ -15,6 +15,7 @@ pub mod constraint;
 pub mod decode;
 pub mod device;
 pub mod error;
+pub mod fitted;
 pub mod gguf;
 pub mod inspect;
 pub mod kernels;
@@ -50,7 +51,8 @@ pub use tokenizer::Tokenizer;
 
 use std::path::Path;
 
-pub use specula_protocol::DEFAULT_CONTEXT;
+pub use fitted::ReplyTo;
+pub use specula_protocol::{KvFormat, Overflow, AUTO_CONTEXT};
 
 /// Tokens a draft may propose by default ([`Session::set_draft_vocab`]), besides the special
 /// tokens and the conversation's own; `None`: all of them. Measured with the Qwen2.5-Coder
@@ -69,15 +71,30 @@ pub struct LoadedModel {
 }
 
 impl LoadedModel {
+    /// With f32 keys and values, the reference format.
     pub fn load(path: impl AsRef<Path>, device: &candle_core::Device, context: usize) -> Result<Self> {
+        Self::load_with(path, device, context, KvFormat::F32)
+    }
+
+    /// With keys and values stored as `kv_format`.
+    pub fn load_with(
+        path: impl AsRef<Path>,
+        device: &candle_core::Device,
+        context: usize,
+        kv_format: KvFormat,
+    ) -> Result<Self> {
+        let path = path.as_ref();
         let mut gguf = gguf::GgufFile::open(path)?;
         models::check_architecture(&gguf)?;
         let card = inspect::card(&gguf);
         inspect::check_fits_in_memory(&card.path, card.file_bytes, 0)?;
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
         let template = ChatTemplate::from_gguf(&gguf, tokenizer.bos_text(), tokenizer.eos_text())?;
-        let (model, info) = models::load_model(&mut gguf, device, context)?;
-        Ok(Self { model: CachedModel::new(model), tokenizer, template, info })
+        let (model, info) = models::load_model(&mut gguf, device, context, kv_format)?;
+        let mut model = CachedModel::new(model);
+        // A saved state is of one KV format: another format gets another key.
+        model.set_file_key(decode::disk_cache::model_key(path, &format!("kv-{}", kv_format.as_str())).ok());
+        Ok(Self { model, tokenizer, template, info })
     }
 
     /// The prompt for a chat, `tools` (OpenAI's function definitions) rendered by the template.

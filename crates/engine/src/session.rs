@@ -9,6 +9,7 @@ use crate::speculative::{
 };
 use crate::{LoadedModel, ModelInfo};
 use candle_core::Device;
+use specula_protocol::KvFormat;
 use std::path::Path;
 
 pub use specula_protocol::{Decoding, DrafterKind};
@@ -77,6 +78,8 @@ pub struct Session {
     costs: std::collections::HashMap<DrafterKind, CostModel>,
     /// Memory for earlier prompts' caches, the target's and the draft's together.
     prompt_cache_bytes: usize,
+    /// The folder prompts' caches are kept in across restarts, and its cap.
+    disk_cache: Option<(std::path::PathBuf, u64)>,
 }
 
 /// The prompt cache's default: a quarter of the memory free once the models are loaded (2 GiB
@@ -95,7 +98,15 @@ impl Session {
     pub fn new(target: LoadedModel) -> Self {
         let history = History::new(HISTORY_BYTES);
         let costs = Default::default();
-        Self { target, draft: None, lookup: PromptLookup::default(), history, costs, prompt_cache_bytes: 0 }
+        Self {
+            target,
+            draft: None,
+            lookup: PromptLookup::default(),
+            history,
+            costs,
+            prompt_cache_bytes: 0,
+            disk_cache: None,
+        }
     }
 
     /// Keep up to `bytes` of earlier prompts' caches, so that a prompt sharing a long start
@@ -108,6 +119,26 @@ impl Session {
         if let Some((draft, _)) = &mut self.draft {
             draft.set_prompt_cache(bytes / 4);
         }
+    }
+
+    /// Keep prompts' caches on disk under `root`, in at most `bytes` (`None`: none), so that
+    /// a long chat reopened after a restart is not read again. See [`Self::persist`].
+    pub fn set_disk_cache(&mut self, place: Option<(std::path::PathBuf, u64)>) {
+        self.disk_cache = place.clone();
+        self.target.model.set_disk_cache(place.clone());
+        if let Some((draft, _)) = &mut self.draft {
+            draft.set_disk_cache(place);
+        }
+    }
+
+    /// Write what the target and the draft hold now to the disk cache (when one is set and it
+    /// is not there yet): for the owner to call when no reply waits.
+    pub fn persist(&mut self) -> Result<()> {
+        self.target.model.persist()?;
+        if let Some((draft, _)) = &mut self.draft {
+            draft.persist()?;
+        }
+        Ok(())
     }
 
     /// Keep `tokens` (a message, a reply) for the auto drafter to copy from in later replies.
@@ -146,10 +177,15 @@ impl Session {
         Ok(Self::new(LoadedModel::load(target, device, context)?))
     }
 
+    /// The target with keys and values stored as `kv_format` (a draft loaded later too).
+    pub fn load_with(target: impl AsRef<Path>, device: &Device, context: usize, kv_format: KvFormat) -> Result<Self> {
+        Ok(Self::new(LoadedModel::load_with(target, device, context, kv_format)?))
+    }
+
     /// Load a draft model and pair it with the target; refused, with the reason, when the
     /// vocabularies differ. The target stays loaded either way.
     pub fn load_draft(&mut self, path: impl AsRef<Path>, device: &Device) -> Result<&ModelInfo> {
-        let draft = LoadedModel::load(path, device, self.target.info.context)?;
+        let draft = LoadedModel::load_with(path, device, self.target.info.context, self.target.info.kv_format)?;
         self.set_draft(draft)
     }
 
@@ -159,6 +195,7 @@ impl Session {
         self.costs.remove(&DrafterKind::Model);
         let mut model = DraftModel::new(draft.model);
         model.set_prompt_cache(self.prompt_cache_bytes / 4);
+        model.set_disk_cache(self.disk_cache.clone());
         Ok(&self.draft.insert((model, info)).1)
     }
 

@@ -10,7 +10,7 @@ use specula_engine::CausalLm;
 
 fn load(name: &str) -> Box<dyn CausalLm> {
     let mut gguf = GgufFile::open(model(name)).unwrap();
-    load_model(&mut gguf, &device(), 512).unwrap().0
+    load_model(&mut gguf, &device(), 512, Default::default()).unwrap().0
 }
 
 fn input(name: &str, len: usize) -> Vec<u32> {

@@ -255,6 +255,7 @@ fn a_model_that_cannot_load_leaves_the_service_usable_with_the_reason() {
         draft: None,
         draft_vocab: None,
         context: 256,
+        kv_format: Default::default(),
         device: "cpu".into(),
         prompt_cache: None,
     };
@@ -272,6 +273,7 @@ fn a_model_that_cannot_load_leaves_the_service_usable_with_the_reason() {
         draft: None,
         draft_vocab: None,
         context: 256,
+        kv_format: Default::default(),
         device: "cpu".into(),
         prompt_cache: None,
     };

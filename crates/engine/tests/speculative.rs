@@ -10,7 +10,7 @@ mod common;
 use common::*;
 use specula_engine::speculative::{generate_speculative, CostModel, DraftModel, Drafter, KSetting, SpeculativeOptions};
 use specula_engine::{
-    generate_plain, GenerateOptions, Generation, LoadedModel, Message, Mode, NullSink, SamplingParams, Source,
+    generate_plain, GenerateOptions, Generation, KvFormat, LoadedModel, Message, Mode, NullSink, SamplingParams, Source,
 };
 
 struct Pair {
@@ -19,8 +19,12 @@ struct Pair {
 }
 
 fn pair() -> Pair {
-    let target = LoadedModel::load(model(TARGET), &device(), 1024).unwrap();
-    let draft = LoadedModel::load(model(DRAFT), &device(), 1024).unwrap();
+    pair_with(KvFormat::F32)
+}
+
+fn pair_with(kv: KvFormat) -> Pair {
+    let target = LoadedModel::load_with(model(TARGET), &device(), 1024, kv).unwrap();
+    let draft = LoadedModel::load_with(model(DRAFT), &device(), 1024, kv).unwrap();
     specula_engine::check_pair(&target.tokenizer, &draft.tokenizer).unwrap();
     let mut draft = DraftModel::new(draft.model);
     // The draft as it ships: its output layer cut to the default vocabulary.
@@ -59,7 +63,11 @@ fn prompt(pair: &Pair, user: &str) -> Vec<u32> {
 
 /// Greedy replies to `prompts`, speculative at each k, against plain.
 fn greedy_identity(prompts: &[&str], tokens: usize, ks: &[KSetting]) {
-    let mut pair = pair();
+    greedy_identity_with(KvFormat::F32, prompts, tokens, ks)
+}
+
+fn greedy_identity_with(kv: KvFormat, prompts: &[&str], tokens: usize, ks: &[KSetting]) {
+    let mut pair = pair_with(kv);
     let options =
         GenerateOptions { max_tokens: tokens, sampling: SamplingParams::greedy(), stop: vec![], ..Default::default() };
     let mut mismatches = 0;
@@ -113,6 +121,12 @@ const ALL_KS: [KSetting; 3] = [KSetting::Fixed(1), KSetting::Fixed(4), KSetting:
 fn greedy_speculative_equals_plain() {
     // One code and one prose prompt; every k and drafter is covered on tiny models.
     greedy_identity(&[PROMPTS[1], PROMPTS[5]], 32, &[KSetting::Fixed(4), KSetting::Auto { max: 8 }]);
+}
+
+#[test]
+fn greedy_speculative_equals_plain_with_f16_keys_and_values() {
+    // The promise is relative to the target run with the same KV format.
+    greedy_identity_with(KvFormat::F16, &[PROMPTS[1]], 32, &[KSetting::Fixed(4)]);
 }
 
 #[test]

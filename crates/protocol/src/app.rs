@@ -3,8 +3,8 @@
 //! the same shapes through its own transport.
 
 use crate::error::{ErrorCode, ErrorInfo};
-use crate::limits::{DEFAULT_CONTEXT, DEFAULT_MAX_TOKENS};
-use crate::options::{DrafterKind, KSetting, Mode, SamplingParams};
+use crate::limits::DEFAULT_MAX_TOKENS;
+use crate::options::{DrafterKind, KSetting, KvFormat, Mode, Overflow, SamplingParams};
 use crate::remote::RemoteTarget;
 use serde::{Deserialize, Serialize};
 use specta::Type;
@@ -41,7 +41,18 @@ pub struct AppSettings {
     #[serde(default)]
     pub seed: Option<u64>,
     pub max_tokens: usize,
-    pub context: usize,
+    /// KV cache positions; `None`: the model's trained context, capped by the memory free.
+    /// (Named anew: settings saved by an older app, whose `context` was 4096 whether chosen or
+    /// not, read as automatic.)
+    #[serde(default)]
+    pub context_tokens: Option<usize>,
+    /// What a chat that outgrows the context does (truncate-middle: the system prompt and the
+    /// first exchange stay, middle turns leave the model's view, marked in the chat).
+    #[serde(default = "app_overflow")]
+    pub overflow: Overflow,
+    /// How the KV cache stores keys and values.
+    #[serde(default = "app_kv_format")]
+    pub kv_format: KvFormat,
     pub device: String,
     /// MiB of earlier chats' caches kept in memory, so that going back to a chat does not read
     /// it again; `None`: automatic (a quarter of the free memory, at most 8 GiB).
@@ -71,12 +82,22 @@ impl Default for AppSettings {
             top_k: sampling.top_k,
             seed: None,
             max_tokens: DEFAULT_MAX_TOKENS,
-            context: DEFAULT_CONTEXT,
+            context_tokens: None,
+            overflow: app_overflow(),
+            kv_format: app_kv_format(),
             device: "auto".into(),
             cache_mb: None,
             remote: None,
         }
     }
+}
+
+fn app_overflow() -> Overflow {
+    Overflow::TruncateMiddle
+}
+
+fn app_kv_format() -> KvFormat {
+    crate::options::DEFAULT_KV_FORMAT
 }
 
 impl AppSettings {
@@ -152,6 +173,9 @@ pub struct EngineStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drafter: Option<DrafterKind>,
     pub device: String,
+    /// The target's context as loaded, and how its cache stores keys and values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<ContextInfo>,
     /// True while models load; replies wait for them.
     pub loading: bool,
     /// Why the last load failed; the models loaded before (if any) stay in use.
@@ -160,6 +184,15 @@ pub struct EngineStatus {
     /// The last reply that failed inside the engine (which went on serving).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_failure: Option<ErrorInfo>,
+}
+
+/// A loaded target's context: the positions it holds (the trained context capped by memory,
+/// unless set), the positions it was trained for, and its KV format.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+pub struct ContextInfo {
+    pub tokens: usize,
+    pub trained: usize,
+    pub kv_format: KvFormat,
 }
 
 /// A GGUF file the settings can offer, with whether it can run and draft for the target.

@@ -90,7 +90,17 @@ impl FinishReason {
         FinishReason::Cancelled,
     ];
 
-    /// The one name every front-end shows: OpenAI's `stop` and `length`, and `cancelled`
+    /// The name the history keeps and the windows show: OpenAI's, but a full context
+    /// (`context_full`) apart from the token limit (`length`).
+    pub fn shown(self) -> &'static str {
+        match self {
+            FinishReason::ContextFull => "context_full",
+            other => other.as_str(),
+        }
+    }
+
+    /// OpenAI's name, which the API sends: `stop` and `length` (a full context too, as
+    /// llama-server says it; the Specula extension tells the two apart), and `cancelled`
     /// for a reply stopped by its client, its deadline or the Stop button.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -144,6 +154,23 @@ pub struct GenerationStats {
     pub tokens_per_second: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub speculative: Option<SpeculativeStats>,
+    /// What of the chat was left out of the model's view to fit the context.
+    // `default` last: specta reads the attributes in order, and an absent field reads as none.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub trimmed: Option<Trim>,
+}
+
+/// What a reply's prompt left out to fit the context (an overflow policy's work): whole
+/// messages, counted among the chat's messages after its system prompt, and tokens cut from
+/// the middle of what was left when one message alone was too long.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, Type)]
+pub struct Trim {
+    /// The first message left out (0: the first message after the system prompt).
+    pub first: u32,
+    /// Messages left out, from `first` on.
+    pub messages: u32,
+    /// Tokens cut from the middle of the prompt besides (at most a context's worth).
+    pub tokens: u32,
 }
 
 /// A finished reply.
@@ -187,6 +214,9 @@ pub enum ReplyEvent {
         /// The seed the reply samples with (it replays a sampled reply).
         seed: u64,
     },
+    /// The chat did not fit the context: this much of it is out of the model's view (again,
+    /// larger, when a reply that filled the context goes on).
+    Trimmed { trim: Trim },
     /// `done` of the `total` uncached prompt tokens are read.
     Prefill { done: usize, total: usize },
     /// Tokens in the order they were committed: one from the engine, a few once gathered for
@@ -280,6 +310,7 @@ impl Collected {
             }
             ReplyEvent::Failed { error } => return Some(Err(error)),
             ReplyEvent::Started { .. }
+            | ReplyEvent::Trimmed { .. }
             | ReplyEvent::Prefill { .. }
             | ReplyEvent::Step { .. }
             | ReplyEvent::Unsaved { .. } => {}

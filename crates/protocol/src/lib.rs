@@ -15,16 +15,19 @@ pub mod options;
 pub mod remote;
 
 pub use app::{
-    AppSettings, CatalogueEntry, Diagnosis, EngineState, EngineStatus, ModelEntry, ModelRole, PullEvent,
+    AppSettings, CatalogueEntry, ContextInfo, Diagnosis, EngineState, EngineStatus, ModelEntry, ModelRole, PullEvent,
     RecommendedPair,
 };
 pub use chat::{FunctionCall, Message, Role, ToolCall};
 pub use error::{ErrorCode, ErrorInfo, InvalidSetting};
 pub use events::{
     Alternative, Collected, FinishReason, Gathered, Generation, GenerationStats, ReplyEvent, Source, SpeculativeStats,
-    StepEvent, TokenEvent,
+    StepEvent, TokenEvent, Trim,
 };
 pub use history::{Conversation, ConversationSummary, ExportFormat, ImportSummary, ReplyStarted, StoredMessage};
 pub use limits::*;
-pub use options::{Decoding, DrafterKind, GenerateOptions, Grammar, KSetting, Mode, SamplingParams};
+pub use options::{
+    Decoding, DrafterKind, GenerateOptions, Grammar, KSetting, KvFormat, Mode, Overflow, SamplingParams,
+    DEFAULT_KV_FORMAT,
+};
 pub use remote::{Connection, ConnectionCheck, RemoteKind, RemoteTarget};

@@ -5,9 +5,13 @@
 pub const MAX_K: usize = 16;
 /// The largest draft auto k tries by default.
 pub const DEFAULT_AUTO_K_MAX: usize = 8;
-/// Default KV cache size: long enough for a chat, small enough to preallocate
-/// (the 1.5B target needs 28 layers x 2 x 2 heads x 128 x 4 B = 57 KiB per position).
-pub const DEFAULT_CONTEXT: usize = 4096;
+/// The context asked for as "auto" (the default everywhere): the positions the model was
+/// trained for, capped by the memory free beside its weights. The KV cache takes memory as a
+/// chat fills it (the 1.5B target: 28 layers x 2 x 2 heads x 128 x 4 B = 57 KiB a position).
+pub const AUTO_CONTEXT: usize = 0;
+/// The positions a chat is assumed to fill where memory is estimated before a model is chosen
+/// (the Library's figures, its recommended pair).
+pub const TYPICAL_CONTEXT: usize = 8192;
 /// Tokens a reply may have when the request names no limit.
 pub const DEFAULT_MAX_TOKENS: usize = 512;
 /// The most alternatives a token event lists (OpenAI's limit for `top_logprobs`).

@@ -241,6 +241,87 @@ impl std::str::FromStr for DrafterKind {
     }
 }
 
+/// What happens when a chat no longer fits the context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, Type)]
+#[serde(rename_all = "kebab-case")]
+pub enum Overflow {
+    /// Refuse the prompt with a clear error; a reply that fills the context ends there
+    /// ("context full"). The API's default, as llama-server's.
+    #[default]
+    Stop,
+    /// Keep the system prompt and the first exchange, drop whole turns after it, oldest
+    /// first, and cut the middle of a single message too long by itself. The app's default.
+    TruncateMiddle,
+    /// Keep the system prompt, drop whole turns from the oldest.
+    Rolling,
+}
+
+impl Overflow {
+    pub const ALL: [Overflow; 3] = [Overflow::Stop, Overflow::TruncateMiddle, Overflow::Rolling];
+
+    /// The policy's name, as serde writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Overflow::Stop => "stop",
+            Overflow::TruncateMiddle => "truncate-middle",
+            Overflow::Rolling => "rolling",
+        }
+    }
+}
+
+impl std::str::FromStr for Overflow {
+    type Err = InvalidSetting;
+    fn from_str(s: &str) -> Checked<Self> {
+        match Overflow::ALL.into_iter().find(|o| o.as_str() == s) {
+            Some(overflow) => Ok(overflow),
+            None => invalid(format!("overflow `{s}`: expected stop, truncate-middle or rolling")),
+        }
+    }
+}
+
+/// How the KV cache stores keys and values. f16 takes half the memory and half the reads a
+/// step at depth; f32 is the reference the exactness tests pin (a reply is exact relative to
+/// the target run with the same format).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, Type)]
+#[serde(rename_all = "lowercase")]
+pub enum KvFormat {
+    #[default]
+    F32,
+    F16,
+}
+
+/// How the CLI, the server and the app store keys and values unless told otherwise
+/// (BENCHMARKS.md, "Long contexts": memory and speed at depth, f16 against f32).
+pub const DEFAULT_KV_FORMAT: KvFormat = KvFormat::F16;
+
+impl KvFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KvFormat::F32 => "f32",
+            KvFormat::F16 => "f16",
+        }
+    }
+
+    /// Bytes a value takes.
+    pub fn bytes(self) -> usize {
+        match self {
+            KvFormat::F32 => 4,
+            KvFormat::F16 => 2,
+        }
+    }
+}
+
+impl std::str::FromStr for KvFormat {
+    type Err = InvalidSetting;
+    fn from_str(s: &str) -> Checked<Self> {
+        match s {
+            "f32" => Ok(KvFormat::F32),
+            "f16" => Ok(KvFormat::F16),
+            _ => invalid(format!("KV format `{s}`: expected f16 or f32")),
+        }
+    }
+}
+
 /// The draft length: a fixed k from 1 to [`MAX_K`], or auto (chosen each step, 0 included).
 /// One type end to end: it reads and writes as a number or `"auto"` in every JSON body and
 /// settings file, and parses from the same words on the command line.

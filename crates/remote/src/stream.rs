@@ -145,7 +145,7 @@ fn take_event(outlet: &Outlet, event: ReplyEvent, ending: &mut Ending, budget: &
             step.tokens_per_second = outlet.tally().tokens_per_second();
             outlet.send(ReplyEvent::Step { step });
         }
-        event @ ReplyEvent::Prefill { .. } => {
+        event @ (ReplyEvent::Prefill { .. } | ReplyEvent::Trimmed { .. }) => {
             outlet.send(event);
         }
         ReplyEvent::Done { stats, .. } => ending.remote_stats = Some(stats),

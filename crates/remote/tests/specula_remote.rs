@@ -36,6 +36,7 @@ fn start() -> Server {
         limits,
         ui_dir: None,
         request_timeout: Duration::from_secs(60),
+        overflow: Default::default(),
     };
     let app = runtime.block_on(async { specula_server::router(EngineHandle::spawn(session, engine_config()), config) });
     runtime.spawn(specula_server::listen::serve(listener, app, limits, std::future::pending()));

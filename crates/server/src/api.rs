@@ -367,6 +367,9 @@ pub struct SamplingFields {
     pub seed: Option<u64>,
     /// Choices to generate for the prompt.
     pub n: Option<usize>,
+    /// A prompt longer than the context: `stop` (an error), `truncate-middle` or `rolling`
+    /// (LM Studio's policies); the server's `--overflow` when absent.
+    pub context_overflow: Option<specula_engine::Overflow>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -448,6 +451,10 @@ pub struct Extension {
     pub tokens: Vec<TokenEvent>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stats: Option<GenerationStats>,
+    /// How the first choice ended in the engine's words: `context_full` apart from
+    /// `max_tokens`, which OpenAI's `finish_reason` both calls `length`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<specula_engine::FinishReason>,
     /// The seed each choice was sampled with, in choice order: send it back to replay.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub seeds: Vec<u64>,

@@ -43,6 +43,9 @@ pub struct ServerConfig {
     pub ui_dir: Option<PathBuf>,
     /// A request not done after this long, queued time included, is cancelled.
     pub request_timeout: Duration,
+    /// What a prompt longer than the context does when the request names nothing
+    /// (`context_overflow`); stop, llama-server's behaviour, by default.
+    pub overflow: specula_engine::Overflow,
 }
 
 /// The largest request body accepted (a long chat fits many times over).
@@ -424,6 +427,11 @@ async fn health(State(state): State<Shared>, headers: HeaderMap) -> Response {
         "drafter": health.default_drafter,
         "k": health.default_k,
         "device": health.device,
+        // The context as loaded (the trained one, capped by memory, unless --ctx said) and
+        // how its keys and values are stored.
+        "context": health.target.as_ref().map(|t| t.info.context),
+        "trained_context": health.target.as_ref().map(|t| t.info.trained_context),
+        "kv_format": health.target.as_ref().map(|t| t.info.kv_format),
         "error": health.error,
         "last_failure": health.last_failure,
     });
@@ -639,5 +647,6 @@ fn base_request(
     request.k = spec.k;
     request.drafter = spec.drafter;
     request.deadline = Some(Instant::now() + state.config.request_timeout);
+    request.overflow = fields.context_overflow.unwrap_or(state.config.overflow);
     Ok(reply::Base { request, seed: fields.seed, n })
 }

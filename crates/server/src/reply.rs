@@ -261,6 +261,7 @@ fn full_body(call: &Call, id: &str, done: &[(Choice, Generation)]) -> Value {
     let extension = Extension {
         tokens: first.map(|g| g.tokens.clone()).unwrap_or_default(),
         stats: first.map(|g| g.stats.clone()),
+        finish_reason: first.map(|g| g.finish_reason),
         seeds: done.iter().map(|(c, _)| c.seed).collect(),
     };
     json!({
@@ -450,7 +451,7 @@ fn stream(
                         }
                         yield Ok(chunks.chunk(vec![part], StreamExtension::of(ReplyEvent::Tokens { tokens })));
                     }
-                    event @ (ReplyEvent::Step { .. } | ReplyEvent::Prefill { .. }) => {
+                    event @ (ReplyEvent::Step { .. } | ReplyEvent::Prefill { .. } | ReplyEvent::Trimmed { .. }) => {
                         let part = streamed.part(call.kind, "", None, None);
                         yield Ok(chunks.chunk(vec![part], StreamExtension::of(event)));
                     }

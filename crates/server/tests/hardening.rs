@@ -47,6 +47,7 @@ fn start_with(api_key: Option<&str>, limits: Limits, admission: Admission, engin
         limits,
         ui_dir: None,
         request_timeout: Duration::from_secs(30),
+        overflow: Default::default(),
     };
     let app = runtime.block_on(async {
         let engine = specula_engine::service::EngineHandle::spawn(session, engine);

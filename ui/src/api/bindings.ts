@@ -209,7 +209,22 @@ k: number | AutoWord; mode: Mode; temperature: number; top_p: number; top_k: num
 /**
  * A pinned seed; `None` draws a fresh one for each reply, so Regenerate gives a new one.
  */
-seed?: number | null; max_tokens: number; context: number; device: string; 
+seed?: number | null; max_tokens: number; 
+/**
+ * KV cache positions; `None`: the model's trained context, capped by the memory free.
+ * (Named anew: settings saved by an older app, whose `context` was 4096 whether chosen or
+ * not, read as automatic.)
+ */
+context_tokens?: number | null; 
+/**
+ * What a chat that outgrows the context does (truncate-middle: the system prompt and the
+ * first exchange stay, middle turns leave the model's view, marked in the chat).
+ */
+overflow?: Overflow; 
+/**
+ * How the KV cache stores keys and values.
+ */
+kv_format?: KvFormat; device: string; 
 /**
  * MiB of earlier chats' caches kept in memory, so that going back to a chat does not read
  * it again; `None`: automatic (a quarter of the free memory, at most 8 GiB).
@@ -259,6 +274,11 @@ export type ConnectionCheck = { base_url: string; models: string[]; kind: Remote
  * Milliseconds for `GET /v1/models`, measured here.
  */
 round_trip_ms: number; error?: ErrorInfo | null }
+/**
+ * A loaded target's context: the positions it holds (the trained context capped by memory,
+ * unless set), the positions it was trained for, and its KV format.
+ */
+export type ContextInfo = { tokens: number; trained: number; kv_format: KvFormat }
 export type Conversation = { id: number; title: string; system_prompt: string; updated_at: number; messages: StoredMessage[] }
 export type ConversationSummary = { id: number; title: string; 
 /**
@@ -323,6 +343,10 @@ target: string | null; draft: string | null;
  * The drafter replies get when they name none (a server; the app's settings say it).
  */
 drafter?: DrafterKind | null; device: string; 
+/**
+ * The target's context as loaded, and how its cache stores keys and values.
+ */
+context?: ContextInfo | null; 
 /**
  * True while models load; replies wait for them.
  */
@@ -421,7 +445,11 @@ export type GenerationStats = { prompt_tokens: number;
 /**
  * Prompt tokens whose cache was reused from the previous turn.
  */
-cached_prompt_tokens: number; generated_tokens: number; prefill_ms: number; decode_ms: number; tokens_per_second: number; speculative?: SpeculativeStats | null }
+cached_prompt_tokens: number; generated_tokens: number; prefill_ms: number; decode_ms: number; tokens_per_second: number; speculative?: SpeculativeStats | null; 
+/**
+ * What of the chat was left out of the model's view to fit the context.
+ */
+trimmed?: Trim | null }
 /**
  * What an import did.
  */
@@ -438,6 +466,12 @@ imported: number[];
  * Titles of conversations already in the history, not imported again.
  */
 skipped: string[] }
+/**
+ * How the KV cache stores keys and values. f16 takes half the memory and half the reads a
+ * step at depth; f32 is the reference the exactness tests pin (a reply is exact relative to
+ * the target run with the same format).
+ */
+export type KvFormat = "f32" | "f16"
 export type Mode = 
 /**
  * The most likely token.
@@ -465,6 +499,24 @@ runnable: boolean;
  */
 compatible?: boolean | null; reason?: string | null }
 export type ModelRole = "target" | "draft"
+/**
+ * What happens when a chat no longer fits the context.
+ */
+export type Overflow = 
+/**
+ * Refuse the prompt with a clear error; a reply that fills the context ends there
+ * ("context full"). The API's default, as llama-server's.
+ */
+"stop" | 
+/**
+ * Keep the system prompt and the first exchange, drop whole turns after it, oldest
+ * first, and cut the middle of a single message too long by itself. The app's default.
+ */
+"truncate-middle" | 
+/**
+ * Keep the system prompt, drop whole turns from the oldest.
+ */
+"rolling"
 /**
  * A download's progress and end.
  */
@@ -508,6 +560,11 @@ export type RemoteTarget = { base_url: string; model: string }
  * `kind` they do not know.
  */
 export type ReplyEvent = { kind: "started"; request_id: number; prompt_tokens: number | null; decoding: Decoding | null; seed: number } | 
+/**
+ * The chat did not fit the context: this much of it is out of the model's view (again,
+ * larger, when a reply that filled the context goes on).
+ */
+{ kind: "trimmed"; trim: Trim } | 
 /**
  * `done` of the `total` uncached prompt tokens are read.
  */
@@ -661,6 +718,24 @@ q?: number | null;
  * [`crate::GenerateOptions::alternatives`] asks for them (OpenAI's `top_logprobs`).
  */
 alternatives?: Alternative[] }
+/**
+ * What a reply's prompt left out to fit the context (an overflow policy's work): whole
+ * messages, counted among the chat's messages after its system prompt, and tokens cut from
+ * the middle of what was left when one message alone was too long.
+ */
+export type Trim = { 
+/**
+ * The first message left out (0: the first message after the system prompt).
+ */
+first: number; 
+/**
+ * Messages left out, from `first` on.
+ */
+messages: number; 
+/**
+ * Tokens cut from the middle of the prompt besides (at most a context's worth).
+ */
+tokens: number }
 
 /** tauri-specta globals **/
 
@@ -726,9 +801,10 @@ function __makeEvents__<T extends Record<string, any>>(
 
 export const MAX_K = 16 as const;
 export const DEFAULT_AUTO_K_MAX = 8 as const;
-export const DEFAULT_CONTEXT = 4096 as const;
+export const AUTO_CONTEXT = 0 as const;
+export const OVERFLOW_POLICIES = ["stop","truncate-middle","rolling"] as const;
 export const DEFAULT_MAX_TOKENS = 512 as const;
 export const ERROR_CODES = ["io","not_gguf","truncated","bad_header","unsupported_architecture","bad_metadata","tokenizer","template","context_overflow","model_too_large","incompatible_draft","invalid_setting","invalid_grammar","invalid_logits","busy","no_model","engine_panic","compute","storage","not_found","invalid_request","http","checksum","disk_full","cancelled","interrupted","no_gguf","bad_name","oversized","unreachable","unauthorized","timeout","remote_error","bad_response","internal","history_in_memory","history_set_aside","path_not_allowed","settings_reset"] as const;
-export const FINISH_REASON_NAMES = {"end_of_turn":"stop","stop_string":"stop","max_tokens":"length","context_full":"length","cancelled":"cancelled"} as const;
-export const DEFAULT_SETTINGS = {"target":"","draft":"","drafter":"auto","k":"auto","mode":"reproducible","temperature":0.8,"top_p":0.95,"top_k":40,"seed":null,"max_tokens":512,"context":4096,"device":"auto","cache_mb":null,"remote":null} as const;
-export const LABEL_CASES = [[{"target":"t.gguf","draft":"d.gguf","drafter":"model","k":"auto","mode":"greedy","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":3,"max_tokens":512,"context":4096,"device":"auto","cache_mb":null,"remote":null},"draft model · k auto · greedy"],[{"target":"t.gguf","draft":"d.gguf","drafter":"model","k":4,"mode":"sample","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":7,"max_tokens":512,"context":4096,"device":"auto","cache_mb":null,"remote":null},"draft model · k 4 · sample · seed 7"],[{"target":"t.gguf","draft":"d.gguf","drafter":"model","k":"auto","mode":"reproducible","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":null,"max_tokens":512,"context":4096,"device":"auto","cache_mb":null,"remote":null},"draft model · k auto · reproducible"],[{"target":"t.gguf","draft":"d.gguf","drafter":"lookup","k":"auto","mode":"reproducible","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":42,"max_tokens":512,"context":4096,"device":"auto","cache_mb":null,"remote":null},"prompt lookup · k auto · reproducible · seed 42"],[{"target":"t.gguf","draft":"d.gguf","drafter":"auto","k":"auto","mode":"greedy","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":null,"max_tokens":512,"context":4096,"device":"auto","cache_mb":null,"remote":null},"draft model + copies · k auto · greedy"],[{"target":"t.gguf","draft":"d.gguf","drafter":"none","k":"auto","mode":"sample","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":1,"max_tokens":512,"context":4096,"device":"auto","cache_mb":null,"remote":null},"plain · sample · seed 1"],[{"target":"t.gguf","draft":"d.gguf","drafter":"model","k":"auto","mode":"greedy","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":null,"max_tokens":512,"context":4096,"device":"auto","cache_mb":null,"remote":{"base_url":"http://gpu-box:8080/v1","model":"/models/qwen-32b.gguf"}},"remote qwen-32b @ gpu-box:8080 · greedy"]] as const;
+export const FINISH_REASON_NAMES = {"end_of_turn":"stop","stop_string":"stop","max_tokens":"length","context_full":"context_full","cancelled":"cancelled"} as const;
+export const DEFAULT_SETTINGS = {"target":"","draft":"","drafter":"auto","k":"auto","mode":"reproducible","temperature":0.8,"top_p":0.95,"top_k":40,"seed":null,"max_tokens":512,"context_tokens":null,"overflow":"truncate-middle","kv_format":"f16","device":"auto","cache_mb":null,"remote":null} as const;
+export const LABEL_CASES = [[{"target":"t.gguf","draft":"d.gguf","drafter":"model","k":"auto","mode":"greedy","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":3,"max_tokens":512,"context_tokens":null,"overflow":"truncate-middle","kv_format":"f16","device":"auto","cache_mb":null,"remote":null},"draft model · k auto · greedy"],[{"target":"t.gguf","draft":"d.gguf","drafter":"model","k":4,"mode":"sample","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":7,"max_tokens":512,"context_tokens":null,"overflow":"truncate-middle","kv_format":"f16","device":"auto","cache_mb":null,"remote":null},"draft model · k 4 · sample · seed 7"],[{"target":"t.gguf","draft":"d.gguf","drafter":"model","k":"auto","mode":"reproducible","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":null,"max_tokens":512,"context_tokens":null,"overflow":"truncate-middle","kv_format":"f16","device":"auto","cache_mb":null,"remote":null},"draft model · k auto · reproducible"],[{"target":"t.gguf","draft":"d.gguf","drafter":"lookup","k":"auto","mode":"reproducible","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":42,"max_tokens":512,"context_tokens":null,"overflow":"truncate-middle","kv_format":"f16","device":"auto","cache_mb":null,"remote":null},"prompt lookup · k auto · reproducible · seed 42"],[{"target":"t.gguf","draft":"d.gguf","drafter":"auto","k":"auto","mode":"greedy","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":null,"max_tokens":512,"context_tokens":null,"overflow":"truncate-middle","kv_format":"f16","device":"auto","cache_mb":null,"remote":null},"draft model + copies · k auto · greedy"],[{"target":"t.gguf","draft":"d.gguf","drafter":"none","k":"auto","mode":"sample","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":1,"max_tokens":512,"context_tokens":null,"overflow":"truncate-middle","kv_format":"f16","device":"auto","cache_mb":null,"remote":null},"plain · sample · seed 1"],[{"target":"t.gguf","draft":"d.gguf","drafter":"model","k":"auto","mode":"greedy","temperature":0.800000011920929,"top_p":0.949999988079071,"top_k":40,"seed":null,"max_tokens":512,"context_tokens":null,"overflow":"truncate-middle","kv_format":"f16","device":"auto","cache_mb":null,"remote":{"base_url":"http://gpu-box:8080/v1","model":"/models/qwen-32b.gguf"}},"remote qwen-32b @ gpu-box:8080 · greedy"]] as const;

@@ -15,6 +15,7 @@ import {
   DEFAULT_SETTINGS,
   knownCode,
   type EngineStatus,
+  type KvFormat,
   type ModelEntry,
   type ReplyEvent,
   type ReplyHandle,
@@ -34,6 +35,9 @@ interface Health {
   draft: string | null;
   drafter: EngineStatus['drafter'];
   device?: string | null;
+  context?: number | null;
+  trained_context?: number | null;
+  kv_format?: KvFormat | null;
   error?: BackendError | null;
   last_failure?: BackendError | null;
 }
@@ -97,6 +101,9 @@ export class HttpBackend implements Backend {
       draft: h.draft,
       drafter: h.drafter,
       device: h.device ?? 'server',
+      ...(h.context && h.trained_context && h.kv_format
+        ? { context: { tokens: h.context, trained: h.trained_context, kv_format: h.kv_format } }
+        : {}),
       ...(h.error ? { error: { ...h.error, code: asErrorCode(h.error.code) } } : {}),
       ...(h.last_failure ? { last_failure: { ...h.last_failure, code: asErrorCode(h.last_failure.code) } } : {}),
     };
@@ -220,6 +227,7 @@ export class HttpBackend implements Backend {
       top_k: settings.top_k,
       seed: settings.seed,
       max_tokens: settings.max_tokens,
+      context_overflow: settings.overflow,
       speculative: { k: settings.k, mode: settings.mode, drafter: settings.drafter },
     };
     const emit = (event: ReplyEvent) => {

@@ -37,8 +37,10 @@ export type {
   ExportFormat,
   GenerationStats,
   ImportSummary,
+  KvFormat,
   Mode,
   ModelEntry,
+  Overflow,
   PullEvent,
   RecommendedPair,
   Role,
@@ -46,6 +48,7 @@ export type {
   SpeculativeStats,
   StepEvent,
   TokenEvent,
+  Trim,
 } from './bindings';
 
 /** A stored message: assistant replies carry every token with its provenance, their stats,

@@ -106,6 +106,27 @@ describe('the chat view', () => {
     expect(document.querySelector('.message.assistant .body strong')!.textContent).toBe('Hi');
   });
 
+  it('marks where the chat left the model view for its latest reply, and a reply that filled the context', () => {
+    const { view } = chat();
+    const trimmed = { ...stats, trimmed: { first: 2, messages: 2, tokens: 0 } };
+    const messages = [
+      ...conversation.messages.slice(0, 5),
+      reply(6, { stats: trimmed, finish_reason: 'context_full' }),
+    ];
+    view.show({ ...conversation, messages });
+    const marker = document.querySelector('#messages > .trim-marker')!;
+    expect(marker.textContent).toBe("⋯ 2 earlier messages left out of the model's view to fit the context ⋯");
+    // Before the first message the reply's prompt still held after the two left out.
+    expect((marker.nextElementSibling as HTMLElement).dataset.id).toBe('5');
+    expect(footers()[5]).toContain('filled the context');
+    // A cut inside one long question: marked just before the reply.
+    view.markTrim({ first: 0, messages: 0, tokens: 940 });
+    expect(document.querySelectorAll('#messages > .trim-marker').length).toBe(1);
+    const cut = document.querySelector('#messages > .trim-marker')!;
+    expect(cut.textContent).toContain('940 tokens from the middle of the prompt');
+    expect((cut.nextElementSibling as HTMLElement).dataset.id).toBe('6');
+  });
+
   it('an empty chat says how to start; a reply without an end reads as interrupted', () => {
     const { view } = chat();
     view.show(null);

@@ -2,7 +2,7 @@
 // figures and settings it was made with. Under each message: ◀ 2/3 ▶ where a Regenerate or an
 // Edit made siblings, Edit (questions) or Regenerate (replies), Fork and Delete.
 
-import type { ChatMessage, Conversation } from '../api/types';
+import type { ChatMessage, Conversation, Trim } from '../api/types';
 import { renderMarkdown } from '../render/markdown';
 import { summarize, summarizeRemote } from '../render/speed';
 import { renderTokens } from '../render/tokens';
@@ -75,7 +75,24 @@ export class ChatView {
       empty.textContent = EMPTY;
       root.append(empty);
     }
+    const trimmed = [...messages].reverse().find((m) => m.stats?.trimmed)?.stats?.trimmed;
+    if (trimmed) this.markTrim(trimmed);
     root.scrollTop = root.scrollHeight;
+  }
+
+  /** Mark where the chat left the model's view for its latest reply: before the first message
+   *  it still saw after those left out (a cut inside one message: before the reply). */
+  markTrim(trim: Trim): void {
+    const root = this.parts.messages;
+    root.querySelector(':scope > .trim-marker')?.remove();
+    const shown = [...root.querySelectorAll<HTMLElement>(':scope > article.message')];
+    const marker = document.createElement('div');
+    marker.className = 'trim-marker';
+    marker.setAttribute('role', 'note');
+    marker.textContent = describeTrim(trim);
+    const before = trim.messages > 0 ? shown[trim.first + trim.messages] : shown[shown.length - 1];
+    if (before) root.insertBefore(marker, before);
+    else root.append(marker);
   }
 
   /** Add the element a streaming reply is drawn into, after the last message. */
@@ -161,6 +178,7 @@ export class ChatView {
     if (m.finish_reason === 'cancelled') parts.push('stopped');
     if (m.finish_reason === 'error') parts.push('failed');
     if (m.finish_reason === 'length') parts.push('hit the token limit');
+    if (m.finish_reason === 'context_full') parts.push('filled the context');
     if (m.finish_reason === 'unsaved') parts.push('not saved: only in this window');
     if (!m.finish_reason && !this.host.replying()) parts.push('interrupted');
     if (m.settings_label) parts.push(m.settings_label);
@@ -170,4 +188,13 @@ export class ChatView {
   private button(text: string, name: string, action: () => Promise<void>): HTMLButtonElement {
     return textButton(text, name, () => void action().catch(this.host.onError));
   }
+}
+
+/** "3 earlier messages are out of the model's view to fit its context" (the engine's words,
+ *  crates/engine/src/fitted.rs `describe_trim`). */
+export function describeTrim(trim: Trim): string {
+  const parts: string[] = [];
+  if (trim.messages > 0) parts.push(`${trim.messages} earlier message${trim.messages === 1 ? '' : 's'}`);
+  if (trim.tokens > 0) parts.push(`${trim.tokens} tokens from the middle of the prompt`);
+  return `⋯ ${parts.join(' and ')} left out of the model's view to fit the context ⋯`;
 }

@@ -20,7 +20,8 @@ export function engineStatusText(status: EngineStatus, settings: Settings, canCh
   if (status.loading) return 'loading models…';
   if (!status.target) return `no model loaded${status.error ? '' : ': choose one in Settings'}`;
   const device = status.device ? ` · ${status.device}` : '';
-  return `target ${modelName(status.target)} · draft ${drafter} · k ${settings.k}${device}`;
+  const context = status.context ? ` · context ${status.context.tokens.toLocaleString('en-US')} ${status.context.kv_format}` : '';
+  return `target ${modelName(status.target)} · draft ${drafter} · k ${settings.k}${context}${device}`;
 }
 
 export class EngineStatusView {

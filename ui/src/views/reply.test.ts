@@ -42,6 +42,8 @@ describe('a streaming reply', () => {
     expect($('#speed-panel').hidden).toBe(false);
     expect(['tps', 'speedup', 'acceptance', 'k'].map(figure)).toEqual(['–', '–', '–', '–']);
 
+    live.onEvent({ kind: 'trimmed', trim: { first: 0, messages: 0, tokens: 120 } });
+    expect($('#messages > .trim-marker').textContent).toContain('120 tokens from the middle of the prompt');
     live.onEvent({ kind: 'prefill', done: 50, total: 200 });
     expect(summary()).toBe('reading the prompt · 25%');
     live.onEvent({ kind: 'tokens', tokens: [token('Hel'), token('lo')] });

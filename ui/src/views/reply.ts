@@ -25,7 +25,7 @@ export class LiveReply {
   private readonly stream: ReplyStream;
 
   constructor(
-    chat: Pick<ChatView, 'startReply' | 'follow'>,
+    private readonly chat: Pick<ChatView, 'startReply' | 'follow' | 'markTrim'>,
     private readonly panel: SpeedPanel,
     private readonly options: LiveReplyOptions,
   ) {
@@ -46,6 +46,8 @@ export class LiveReply {
     if (event.kind === 'prefill') {
       // A long prompt takes a while to read; say how far it got until the first token.
       this.summary.textContent = `reading the prompt · ${Math.floor((100 * event.done) / Math.max(1, event.total))}%`;
+    } else if (event.kind === 'trimmed') {
+      this.chat.markTrim(event.trim);
     } else if (event.kind === 'tokens') {
       if (this.summary.textContent) this.summary.textContent = '';
       for (const token of event.tokens) this.stream.push(token);

@@ -3,7 +3,7 @@
 // them all alike. The model pickers (target, draft and copies) need the model list and the
 // drafts' compatibility, and are the dialog's own (model-pickers.ts).
 
-import type { Mode, Settings } from '../api/types';
+import type { KvFormat, Mode, Overflow, Settings } from '../api/types';
 import { option } from './dom';
 
 export type FieldKey =
@@ -14,7 +14,9 @@ export type FieldKey =
   | 'top_k'
   | 'seed'
   | 'max_tokens'
-  | 'context'
+  | 'context_tokens'
+  | 'kv_format'
+  | 'overflow'
   | 'device'
   | 'cache_mb';
 
@@ -122,12 +124,37 @@ export const FIELDS: readonly Field[] = [
     read: number,
   },
   {
-    key: 'context',
+    key: 'context_tokens',
     label: 'Context',
+    help: 'automatic',
     kind: 'number',
     range: { min: 256, max: 131072, step: 256 },
     applies: 'load',
-    read: number,
+    // Empty: the model's trained context, capped by the memory free beside it.
+    read: numberOrNone,
+  },
+  {
+    key: 'kv_format',
+    label: 'Keys and values',
+    kind: 'select',
+    options: [
+      ['f16', 'f16 (half the memory)'],
+      ['f32', 'f32'],
+    ],
+    applies: 'load',
+    read: (text) => text as KvFormat,
+  },
+  {
+    key: 'overflow',
+    label: 'When the chat outgrows the context',
+    kind: 'select',
+    options: [
+      ['truncate-middle', 'drop middle turns'],
+      ['rolling', 'drop oldest turns'],
+      ['stop', 'stop with an error'],
+    ],
+    applies: 'any',
+    read: (text) => text as Overflow,
   },
   {
     key: 'device',

@@ -33,7 +33,9 @@ const local: Settings = {
   top_k: 20,
   seed: 7,
   max_tokens: 64,
-  context: 2048,
+  context_tokens: 2048,
+  kv_format: 'f32',
+  overflow: 'rolling',
   device: 'cpu',
   remote: null,
 };
@@ -75,7 +77,20 @@ const HAND_WRITTEN = `
   <label>Top-k <input name="top_k" type="number" min="0" step="1" /></label>
   <label>Seed <input name="seed" type="number" min="0" step="1" placeholder="new each reply" /></label>
   <label>Max tokens <input name="max_tokens" type="number" min="1" max="32768" step="1" /></label>
-  <label>Context <input name="context" type="number" min="256" max="131072" step="256" /></label>
+  <label>Context <input name="context_tokens" type="number" min="256" max="131072" step="256" placeholder="automatic" /></label>
+  <label>Keys and values
+    <select name="kv_format">
+      <option value="f16">f16 (half the memory)</option>
+      <option value="f32">f32</option>
+    </select>
+  </label>
+  <label>When the chat outgrows the context
+    <select name="overflow">
+      <option value="truncate-middle">drop middle turns</option>
+      <option value="rolling">drop oldest turns</option>
+      <option value="stop">stop with an error</option>
+    </select>
+  </label>
   <label>Device
     <select name="device">
       <option value="auto">auto</option>
@@ -139,24 +154,25 @@ describe('the settings dialog', () => {
         field(f.key).value = before;
       }
     }
-    field('context').value = '300';
+    field('context_tokens').value = '300';
     await save();
     expect(state.saved).toEqual([]);
 
-    field('context').value = '8192';
+    field('context_tokens').value = '8192';
     field('temperature').value = '';
     field('seed').value = '';
+    field('overflow').value = 'truncate-middle';
     await save();
-    expect(state.saved).toEqual([{ ...local, context: 8192, temperature: 0, seed: null }]);
+    expect(state.saved).toEqual([{ ...local, context_tokens: 8192, overflow: 'truncate-middle', temperature: 0, seed: null }]);
     expect(open()).toBe(false);
   });
 
   it('a remote target greys out the local drafting fields; a browser cannot change the target or how it loads', async () => {
     const { view, state, field } = dialog();
-    const disabled = () => ['draft', 'copies', 'k', 'mode', 'temperature', 'context', 'device'].filter((n) => field(n).disabled);
+    const disabled = () => ['draft', 'copies', 'k', 'mode', 'temperature', 'context_tokens', 'device'].filter((n) => field(n).disabled);
     state.current = { ...local, remote: odd };
     await view.open();
-    expect(disabled()).toEqual(['draft', 'copies', 'k', 'context', 'device']);
+    expect(disabled()).toEqual(['draft', 'copies', 'k', 'context_tokens', 'device']);
     expect($('#draft-note').textContent).toMatch(/^A remote engine drafts/);
 
     // Back to a local target: its compatible drafts are offered, the others say why not.
@@ -175,7 +191,7 @@ describe('the settings dialog', () => {
     const browser = dialog({ canChooseTarget: false, apiKey: () => 'sk-1' });
     await browser.view.open();
     expect(browser.field('target').disabled).toBe(true);
-    expect(['k', 'context', 'device'].filter((n) => browser.field(n).disabled)).toEqual(['context', 'device']);
+    expect(['k', 'context_tokens', 'device'].filter((n) => browser.field(n).disabled)).toEqual(['context_tokens', 'device']);
     expect($('#api-key-field').hidden).toBe(false);
     expect(browser.field('api_key').value).toBe('sk-1');
   });

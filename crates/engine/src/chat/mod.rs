@@ -10,6 +10,7 @@
 //! content (tokenized as plain text), so `<|im_end|>` typed in a message stays text.
 
 mod child;
+pub mod fit;
 mod python;
 
 pub use child::{isolate_template_renders, RENDER_MEMORY};

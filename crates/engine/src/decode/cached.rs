@@ -1,10 +1,12 @@
 //! A model with the ids its KV cache holds: what lets a chat reuse its earlier turns and a
 //! speculative step roll back what the target rejected.
 
+use super::disk_cache::DiskCache;
 use super::{Flow, Progress, PromptCache, PREFILL_CHUNK};
 use crate::error::{Error, Result};
 use crate::models::CausalLm;
 use crate::tokenizer::common_prefix;
+use std::path::PathBuf;
 
 /// Fewer tokens than this are read again rather than restored: a restore copies the whole
 /// saved sequence back, a few tokens' prefill costs less.
@@ -17,11 +19,70 @@ pub struct CachedModel {
     ids: Vec<u32>,
     /// Sequences it held before, to resume from (off until given a budget).
     prompts: PromptCache,
+    /// Sequences kept on disk across restarts (off until given a folder).
+    disk: Option<DiskCache>,
+    /// Where and how much: the folder and its cap.
+    disk_place: Option<(PathBuf, u64)>,
+    /// The model file's key ([`super::disk_cache::model_key`]); none: nothing goes to disk.
+    file_key: Option<String>,
+    /// What the output layer scores (a draft's cut head changes the saved state's meaning).
+    output_variant: String,
 }
 
 impl CachedModel {
     pub fn new(model: Box<dyn CausalLm>) -> Self {
-        Self { model, ids: Vec::new(), prompts: PromptCache::new(0) }
+        Self {
+            model,
+            ids: Vec::new(),
+            prompts: PromptCache::new(0),
+            disk: None,
+            disk_place: None,
+            file_key: None,
+            output_variant: "all".into(),
+        }
+    }
+
+    /// Name the model file this model was loaded from (its key), for the disk cache.
+    pub fn set_file_key(&mut self, key: Option<String>) {
+        self.file_key = key;
+        self.open_disk();
+    }
+
+    /// Keep sequences on disk under `root`, in at most `bytes` (all models' together); `None`:
+    /// none.
+    pub fn set_disk_cache(&mut self, place: Option<(PathBuf, u64)>) {
+        self.disk_place = place;
+        self.open_disk();
+    }
+
+    pub fn disk_cache(&self) -> Option<&DiskCache> {
+        self.disk.as_ref()
+    }
+
+    fn open_disk(&mut self) {
+        self.disk = match (&self.disk_place, &self.file_key) {
+            (Some((root, bytes)), Some(key)) => {
+                Some(DiskCache::open(root, &format!("{key}-{}", self.output_variant), *bytes))
+            }
+            _ => None,
+        };
+    }
+
+    /// Write the sequence held now to disk, unless it is there already or too short to be
+    /// worth it; whether it was written. For the owner to call when nothing waits (a long
+    /// chat is a few hundred MB).
+    pub fn persist(&mut self) -> Result<bool> {
+        let Some(disk) = &mut self.disk else { return Ok(false) };
+        if self.ids.len() < super::prompt_cache::MIN_SAVED_TOKENS || disk.holds(&self.ids) {
+            return Ok(false);
+        }
+        let Some(state) = self.model.save()? else { return Ok(false) };
+        let model = &self.model;
+        disk.store(&self.ids, &mut |out| match model.write_state(&state, out)? {
+            true => Ok(()),
+            false => Err(Error::InvalidSetting("this model cannot write its state".into())),
+        })?;
+        Ok(true)
     }
 
     /// Keep up to `bytes` of earlier sequences' caches to resume from (0: none).
@@ -62,7 +123,15 @@ impl CachedModel {
     pub fn restrict_output(&mut self, ids: Option<&[u32]>) -> Result<bool> {
         // Saved sequences carry the output layer's state of their time: not this one's.
         self.prompts.clear();
-        self.model.restrict_output(ids)
+        let done = self.model.restrict_output(ids)?;
+        self.output_variant = match ids {
+            Some(ids) => {
+                format!("{:08x}", crc32fast::hash(&ids.iter().flat_map(|id| id.to_le_bytes()).collect::<Vec<u8>>()))
+            }
+            None => "all".into(),
+        };
+        self.open_disk();
+        Ok(done)
     }
 
     /// Make the cache hold exactly `context`, feeding only what it lacks; the logits after its
@@ -113,6 +182,7 @@ impl CachedModel {
                 Err(e) => tracing::warn!("a prompt's cache could not be kept: {e}"),
             }
         }
+        let resumed = resumed.or_else(|| self.resume_from_disk(context, here + MIN_RESUME_GAIN));
         if let Some((ids, state)) = resumed {
             match self.model.restore(&state) {
                 Ok(()) => self.ids = ids,
@@ -124,6 +194,23 @@ impl CachedModel {
             }
         }
         Ok(common_prefix(&self.ids, context))
+    }
+
+    /// The saved sequence on disk sharing the most (at least `at_least`) of `context`, read
+    /// and checked; a file that fails is ignored (and removed).
+    fn resume_from_disk(&mut self, context: &[u32], at_least: usize) -> Option<(Vec<u32>, crate::models::SavedState)> {
+        let disk = self.disk.as_mut()?;
+        let (entry, _) = disk.best(context, at_least)?;
+        let (model, positions) = (&self.model, entry.ids.len());
+        let state = disk.load(&entry, &mut |input| {
+            let state = model.read_state(input)?;
+            match state.len == positions {
+                true => Ok(state),
+                false => Err(Error::InvalidSetting("its state and its token ids disagree".into())),
+            }
+        })?;
+        tracing::info!("resumed {} tokens of a prompt from the disk cache", entry.ids.len());
+        Some((entry.ids, state))
     }
 
     /// Feed `tokens` and return the logits of every one of them, `[n][vocab]`.

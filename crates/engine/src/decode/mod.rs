@@ -2,6 +2,7 @@
 //! the sink a reply goes to, the cached model, committing tokens to a reply.
 
 mod cached;
+pub mod disk_cache;
 mod plain;
 pub mod prompt_cache;
 pub(crate) mod reply;
@@ -10,6 +11,7 @@ mod sink;
 pub use crate::models::PREFILL_CHUNK;
 pub use crate::tokenizer::common_prefix;
 pub use cached::{check_context, CachedModel};
+pub use disk_cache::DiskCache;
 pub use plain::{generate_plain, PLAIN_STEP_EVERY};
 pub use prompt_cache::PromptCache;
 pub(crate) use reply::{ms, prefill_prompt, start, Reply};

@@ -71,6 +71,7 @@ pub fn generate_plain(
         decode_ms: ms(decode),
         tokens_per_second: generated as f64 / decode.as_secs_f64().max(1e-9),
         speculative: None,
+        trimmed: None,
     };
     reply.finish(stats)
 }

@@ -21,6 +21,11 @@ pub trait TokenSink {
     fn on_prefill(&mut self, _done: usize, _total: usize) -> Flow {
         Flow::Continue
     }
+    /// The chat did not fit the context and `trim` of it is out of the model's view (said
+    /// before the prompt is read, and again when a reply that filled the context goes on).
+    fn on_trim(&mut self, _trim: &specula_protocol::Trim) -> Flow {
+        Flow::Continue
+    }
     fn on_token(&mut self, token: &TokenEvent) -> Flow;
     fn on_step(&mut self, _step: &StepEvent) -> Flow {
         Flow::Continue

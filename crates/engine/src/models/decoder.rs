@@ -11,7 +11,7 @@
 use super::{CausalLm, SavedState, WeightSource, PREFILL_CHUNK};
 use crate::attention::causal_attention;
 use crate::error::{Error, Result};
-use crate::kv_cache::{KvCache, KvSnapshot};
+use crate::kv_cache::{KvCache, KvFormat, KvSnapshot};
 use crate::quant::QLinear;
 use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Device, Tensor};
@@ -193,10 +193,10 @@ impl DecoderConfig {
     /// Bytes the model allocates beyond its weights for a cache of `capacity` positions: the
     /// KV cache, the rotary tables and the working set of a prefill chunk. `None` when it
     /// would not even fit in a `u64`.
-    pub fn runtime_bytes(&self, capacity: usize, vocab: usize, ffn: usize) -> Option<u64> {
+    pub fn runtime_bytes(&self, capacity: usize, vocab: usize, ffn: usize, kv_format: KvFormat) -> Option<u64> {
         let f32s = |n: u64| n.checked_mul(4);
         let kv = (self.n_layer as u64).checked_mul(2)?.checked_mul((self.n_kv_head * self.head_dim) as u64)?;
-        let kv_cache = f32s(kv.checked_mul(capacity as u64)?)?;
+        let kv_cache = kv.checked_mul(capacity as u64)?.checked_mul(kv_format.bytes() as u64)?;
         let tables = 1 + u64::from(self.quirks.sliding_window.is_some());
         let rotary = f32s(tables.checked_mul(capacity as u64)?.checked_mul(self.head_dim as u64)?)?;
         // A prefill chunk holds a few activations of the widest layer at once, and a
@@ -303,6 +303,16 @@ impl Decoder {
 
     pub fn config(&self) -> &DecoderConfig {
         &self.config
+    }
+
+    /// Store keys and values as `format` from now on: the caches start again, empty.
+    pub fn set_kv_format(&mut self, format: KvFormat) -> Result<()> {
+        let device = self.norm.device().clone();
+        let capacity = self.capacity();
+        self.caches = (0..self.config.n_layer)
+            .map(|_| KvCache::with_format(self.config.n_kv_head, capacity, self.config.head_dim, format, &device))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(())
     }
 
     fn run(&mut self, tokens: &[u32], all_positions: bool) -> Result<Tensor> {
@@ -508,6 +518,68 @@ impl CausalLm for Decoder {
             pruned.restore(saved.conversation.as_ref().unwrap_or(&none));
         }
         Ok(())
+    }
+
+    fn write_state(&self, state: &SavedState, out: &mut dyn std::io::Write) -> Result<bool> {
+        let Some(saved) = state.get::<DecoderState>() else { return Ok(false) };
+        out.write_all(&(saved.layers.len() as u64).to_le_bytes())?;
+        for layer in &saved.layers {
+            layer.write_to(out)?;
+        }
+        let none = SavedConversation { tokens: Vec::new(), rows: None };
+        let conversation = saved.conversation.as_ref().unwrap_or(&none);
+        out.write_all(&(conversation.tokens.len() as u64).to_le_bytes())?;
+        for &(id, at) in &conversation.tokens {
+            out.write_all(&u64::from(id).to_le_bytes())?;
+            out.write_all(&(at as u64).to_le_bytes())?;
+        }
+        let rows = match &conversation.rows {
+            Some(rows) => rows.flatten_all()?.to_vec1::<f32>()?,
+            None => Vec::new(),
+        };
+        out.write_all(&(rows.len() as u64).to_le_bytes())?;
+        crate::kv_cache::write_f32s(out, &rows)?;
+        Ok(true)
+    }
+
+    fn read_state(&self, input: &mut dyn std::io::Read) -> Result<SavedState> {
+        use crate::kv_cache::{read_f32s, read_u64};
+        let misfit = || Error::InvalidSetting("a saved state of another model".into());
+        if read_u64(input)? != self.caches.len() as u64 {
+            return Err(misfit());
+        }
+        let row = self.config.n_kv_head * self.config.head_dim;
+        let format = self.caches.first().map_or(KvFormat::F32, KvCache::format);
+        let layers = (0..self.caches.len())
+            .map(|_| KvSnapshot::read_from(input, format, row, self.capacity()))
+            .collect::<Result<Vec<_>>>()?;
+        let len = layers.first().map_or(0, |l| l.len());
+        if layers.iter().any(|l| l.len() != len) {
+            return Err(misfit());
+        }
+        let count = read_u64(input)? as usize;
+        if count > MAX_CONVERSATION_TOKENS {
+            return Err(misfit());
+        }
+        let mut tokens = Vec::with_capacity(count);
+        for _ in 0..count {
+            let (id, at) = (read_u64(input)?, read_u64(input)? as usize);
+            if id >= self.vocab_size as u64 || at >= len.max(1) {
+                return Err(misfit());
+            }
+            tokens.push((id as u32, at));
+        }
+        let values = read_u64(input)? as usize;
+        if values != count * self.config.hidden {
+            return Err(misfit());
+        }
+        let rows = read_f32s(input, values)?;
+        let rows =
+            (count > 0).then(|| Tensor::from_vec(rows, (count, self.config.hidden), &Device::Cpu)).transpose()?;
+        // The pruned head's conversation only where this model has a pruned head.
+        let conversation = self.pruned.as_ref().map(|_| SavedConversation { tokens, rows });
+        let bytes = layers.iter().map(KvSnapshot::bytes).sum::<usize>() + values * 4;
+        Ok(SavedState::new(len, bytes, DecoderState { layers, conversation }))
     }
 
     fn capacity(&self) -> usize {

@@ -12,6 +12,7 @@ use crate::gguf::GgufFile;
 use crate::quant::{has_slow_cpu_kernel, with_fast_cpu_kernel};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
+use specula_protocol::{KvFormat, AUTO_CONTEXT};
 use std::collections::{BTreeMap, HashMap};
 
 /// Prompt tokens fed per target pass during prefill: between chunks the sink may cancel. Long
@@ -54,6 +55,16 @@ pub trait CausalLm: Send {
     /// Hold exactly what `state`, saved by this model, held.
     fn restore(&mut self, _state: &SavedState) -> Result<()> {
         Err(Error::InvalidSetting("this model cannot restore a saved state".into()))
+    }
+    /// Write `state`, saved by this model, for a file (a prompt kept across restarts);
+    /// whether it could.
+    fn write_state(&self, _state: &SavedState, _out: &mut dyn std::io::Write) -> Result<bool> {
+        Ok(false)
+    }
+    /// A state [`CausalLm::write_state`] wrote, checked against this model's shapes as it is
+    /// read: a file is never trusted.
+    fn read_state(&self, _input: &mut dyn std::io::Read) -> Result<SavedState> {
+        Err(Error::InvalidSetting("this model cannot read a saved state".into()))
     }
 }
 
@@ -143,6 +154,8 @@ pub struct ModelInfo {
     pub vocab_size: usize,
     pub trained_context: usize,
     pub context: usize,
+    /// How its KV cache stores keys and values.
+    pub kv_format: KvFormat,
     /// Weight types requantized at load for a faster kernel, e.g. `["Q5_0 -> Q8_0 (133 tensors)"]`.
     pub requantized: Vec<String>,
 }
@@ -162,7 +175,12 @@ pub fn check_architecture(gguf: &GgufFile) -> Result<()> {
 
 /// Build the model a GGUF file describes, with a KV cache of `context` positions
 /// (capped at what the model was trained on).
-pub fn load_model(gguf: &mut GgufFile, device: &Device, context: usize) -> Result<(Box<dyn CausalLm>, ModelInfo)> {
+pub fn load_model(
+    gguf: &mut GgufFile,
+    device: &Device,
+    context: usize,
+    kv_format: KvFormat,
+) -> Result<(Box<dyn CausalLm>, ModelInfo)> {
     check_architecture(gguf)?;
     let arch = gguf.architecture()?;
     let config = match arch.as_str() {
@@ -171,14 +189,18 @@ pub fn load_model(gguf: &mut GgufFile, device: &Device, context: usize) -> Resul
         "gemma3" => gemma3::config(gguf)?,
         _ => llama::config(gguf)?,
     };
-    let context = context.min(config.trained_context).max(1);
     let (vocab, ffn) = config.check_shapes(gguf)?;
-    check_memory(gguf, &config, context, vocab, ffn, device)?;
+    let context = match context {
+        AUTO_CONTEXT => auto_context(gguf, &config, (vocab, ffn, kv_format), device),
+        asked => asked.min(config.trained_context).max(1),
+    };
+    check_memory(gguf, &config, context, (vocab, ffn, kv_format), device)?;
     let requantized = describe_requantization(gguf, device);
     for line in &requantized {
         tracing::info!("requantized {line} at load: candle has no SIMD kernel for the original type");
     }
-    let model = decoder::Decoder::load(config.clone(), gguf, device, context)?;
+    let mut model = decoder::Decoder::load(config.clone(), gguf, device, context)?;
+    model.set_kv_format(kv_format)?;
     let info = ModelInfo {
         name: gguf.string("general.name").unwrap_or_else(|_| file_stem(gguf)),
         architecture: arch,
@@ -188,10 +210,37 @@ pub fn load_model(gguf: &mut GgufFile, device: &Device, context: usize) -> Resul
         vocab_size: model.vocab_size(),
         trained_context: config.trained_context,
         context,
+        kv_format,
         requantized,
     };
     Ok((Box::new(model), info))
 }
+
+/// The context asked for as "auto": the positions the model was trained for, capped by the
+/// memory free beside its weights. A third of that memory goes to this model's keys and
+/// values; the rest stays for a draft model's, the prompt cache and everything else. The
+/// cache commits memory only as a chat fills it, so the cap is what a full context would take.
+fn auto_context(gguf: &GgufFile, config: &decoder::DecoderConfig, sizes: Sizes, device: &Device) -> usize {
+    let trained = config.trained_context.max(1);
+    let Some(available) = crate::device::available_memory() else { return trained };
+    let (vocab, ffn, kv_format) = sizes;
+    let at = |positions: usize| config.runtime_bytes(positions, vocab, ffn, kv_format).unwrap_or(u64::MAX);
+    let per_position = at(2).saturating_sub(at(1)).max(1);
+    let spare = available.saturating_sub(loaded_weight_bytes(gguf, device)).saturating_sub(at(0));
+    let fits = (spare / 3 / per_position).min(usize::MAX as u64) as usize;
+    // Whole blocks of 256: a figure users can read, and the same on every load of one machine
+    // state to within a block.
+    let fits = fits / 256 * 256;
+    trained.min(fits.max(MIN_AUTO_CONTEXT.min(trained)))
+}
+
+/// The vocabulary, the widest feed-forward layer and the KV format: what a load's memory
+/// depends on besides the weights and the context.
+type Sizes = (usize, usize, KvFormat);
+
+/// The least context "auto" gives: below it a chat would not be worth starting, and a load
+/// that cannot afford even this fails the memory check with the figures.
+const MIN_AUTO_CONTEXT: usize = 2048;
 
 /// Refuse a load whose weights, KV cache, rotary tables and working set would not fit in the
 /// memory that is free, counted before any of it is allocated.
@@ -199,12 +248,11 @@ fn check_memory(
     gguf: &GgufFile,
     config: &decoder::DecoderConfig,
     context: usize,
-    vocab: usize,
-    ffn: usize,
+    (vocab, ffn, kv_format): Sizes,
     device: &Device,
 ) -> Result<()> {
     let weights = loaded_weight_bytes(gguf, device);
-    let needed = config.runtime_bytes(context, vocab, ffn).and_then(|extra| weights.checked_add(extra));
+    let needed = config.runtime_bytes(context, vocab, ffn, kv_format).and_then(|extra| weights.checked_add(extra));
     crate::device::check_fits_in_memory(gguf.path(), needed.unwrap_or(u64::MAX), 0)
 }
 

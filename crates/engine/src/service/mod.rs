@@ -57,6 +57,9 @@ pub struct ServiceConfig {
     /// Memory for earlier prompts' caches, to resume a chat gone back to without reading it
     /// again (`Session::set_prompt_cache`); `None`: `default_prompt_cache_bytes()` at load.
     pub prompt_cache_bytes: Option<usize>,
+    /// A folder to keep prompts' caches in across restarts, and its cap in bytes: written when
+    /// no reply waits, read when a prompt resumes a chat no longer in memory.
+    pub disk_cache: Option<(PathBuf, u64)>,
 }
 
 impl Default for ServiceConfig {
@@ -68,6 +71,7 @@ impl Default for ServiceConfig {
             event_buffer: 64,
             remember_chats: false,
             prompt_cache_bytes: None,
+            disk_cache: None,
         }
     }
 }
@@ -101,6 +105,8 @@ pub struct Request {
     pub tools: Vec<serde_json::Value>,
     /// More variables for the chat template (`chat_template_kwargs`: `enable_thinking`).
     pub template_kwargs: serde_json::Map<String, serde_json::Value>,
+    /// What a prompt too long for the context does (`stop`: an error, as before).
+    pub overflow: specula_protocol::Overflow,
 }
 
 impl Request {
@@ -114,6 +120,7 @@ impl Request {
             models: None,
             tools: Vec::new(),
             template_kwargs: serde_json::Map::new(),
+            overflow: specula_protocol::Overflow::Stop,
         }
     }
 }
@@ -199,8 +206,10 @@ pub struct LoadSpec {
     pub draft: Option<PathBuf>,
     /// Tokens the draft may propose (`None`: all; see `Session::set_draft_vocab`).
     pub draft_vocab: Option<usize>,
-    /// KV cache positions (capped at the model's trained context).
+    /// KV cache positions (capped at the model's trained context; 0: automatic).
     pub context: usize,
+    /// How the KV cache stores keys and values.
+    pub kv_format: specula_protocol::KvFormat,
     /// `auto`, `cpu`, `cuda`, `cuda:N` or `metal`.
     pub device: String,
     /// Bytes of earlier prompts' caches kept (`Session::set_prompt_cache`); `None`: the

@@ -79,6 +79,10 @@ impl TokenSink for ChannelSink<'_> {
         self.deliver(ReplyEvent::Prefill { done, total })
     }
 
+    fn on_trim(&mut self, trim: &specula_protocol::Trim) -> Flow {
+        self.deliver(ReplyEvent::Trimmed { trim: *trim })
+    }
+
     fn on_token(&mut self, token: &TokenEvent) -> Flow {
         self.deliver(ReplyEvent::Tokens { tokens: vec![token.clone()] })
     }

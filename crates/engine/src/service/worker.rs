@@ -7,6 +7,7 @@ use super::{EngineState, GenerateJob, Health, Job, LoadSpec, LoadedModelInfo, Pr
 use crate::decode::Generation;
 use crate::device;
 use crate::error::{Error, ErrorInfo, Result};
+use crate::fitted::ReplyTo;
 use crate::session::{Decoding, DrafterKind, Session};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
@@ -64,6 +65,7 @@ impl Worker {
         let loaded = session.map(|mut session| {
             let device = session.target.model.model().device();
             session.set_prompt_cache(prompt_cache_bytes(&shared.config));
+            session.set_disk_cache(shared.config.disk_cache.clone());
             Loaded { session, spec: None, device }
         });
         let worker = Self { loaded, shared, remembered: Remembered::default() };
@@ -72,7 +74,7 @@ impl Worker {
     }
 
     pub fn run(mut self, jobs: flume::Receiver<Job>) {
-        for job in jobs {
+        for job in jobs.iter() {
             match job {
                 Job::Load(spec, answer) => {
                     let result = self.load(&spec);
@@ -80,7 +82,12 @@ impl Worker {
                     self.shared.loads.fetch_sub(1, Ordering::SeqCst);
                     let _ = answer.send(result.map(|()| health));
                 }
-                Job::Generate(job) => self.serve(*job),
+                Job::Generate(job) => {
+                    self.serve(*job);
+                    if jobs.is_empty() {
+                        self.persist();
+                    }
+                }
                 Job::Remember(texts) => {
                     for text in texts {
                         if let Some(loaded) = &mut self.loaded {
@@ -137,17 +144,19 @@ impl Worker {
     }
 
     fn load_unguarded(&mut self, spec: &LoadSpec) -> Result<()> {
-        let same_target = self
-            .loaded
-            .as_ref()
-            .and_then(|l| l.spec.as_ref())
-            .is_some_and(|s| s.target == spec.target && s.context == spec.context && s.device == spec.device);
+        let same_target = self.loaded.as_ref().and_then(|l| l.spec.as_ref()).is_some_and(|s| {
+            s.target == spec.target
+                && s.context == spec.context
+                && s.kv_format == spec.kv_format
+                && s.device == spec.device
+        });
         if !same_target {
             self.shared.update_health(|h| h.state = EngineState::Loading);
             let device = device::select(&spec.device)?;
             tracing::info!("loading target {}", spec.target.display());
-            let mut session = Session::load(&spec.target, &device, spec.context)?;
+            let mut session = Session::load_with(&spec.target, &device, spec.context, spec.kv_format)?;
             session.set_prompt_cache(spec.prompt_cache.unwrap_or_else(|| prompt_cache_bytes(&self.shared.config)));
+            session.set_disk_cache(self.shared.config.disk_cache.clone());
             self.remembered.fill(&mut session);
             let spec = LoadSpec { draft: None, draft_vocab: None, ..spec.clone() };
             self.loaded = Some(Loaded { session, spec: Some(spec), device });
@@ -234,6 +243,19 @@ impl Worker {
         }
     }
 
+    /// With nothing waiting, write what the models hold to the disk cache (a chat reopened
+    /// after a restart resumes there); a failure is logged and changes nothing else.
+    fn persist(&mut self) {
+        if let Some(loaded) = &mut self.loaded {
+            let result = catch_unwind(AssertUnwindSafe(|| loaded.session.persist()));
+            match result {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!("a prompt's cache could not be kept on disk: {e}"),
+                Err(panic) => tracing::error!("keeping a prompt's cache on disk panicked: {}", panic_message(&panic)),
+            }
+        }
+    }
+
     /// Keep a chat's last user message and its reply (as decoded, no tokenizing again) for
     /// later replies' copies; as text too, for a target loaded later.
     fn remember_chat(&mut self, request: &Request, reply_tokens: &[u32], reply_text: String) {
@@ -277,15 +299,17 @@ impl Worker {
 
 /// The reply to one request on `session`, decoded with the request's own choices.
 fn reply(session: &mut Session, request: &Request, decoding: Decoding, sink: &mut ChannelSink) -> Result<Generation> {
-    let prompt = match &request.prompt {
-        Prompt::Chat(messages) => {
-            let options = crate::chat::RenderOptions { kwargs: request.template_kwargs.clone(), ..Default::default() };
-            session.target.chat_prompt_with(messages, &request.tools, &options)?
+    let render = crate::chat::RenderOptions { kwargs: request.template_kwargs.clone(), ..Default::default() };
+    let text_tokens;
+    let to = match &request.prompt {
+        Prompt::Chat(messages) => ReplyTo::Chat { messages, tools: &request.tools, render: &render },
+        Prompt::Text(text) => {
+            text_tokens = session.target.tokenizer.encode(text)?;
+            ReplyTo::Tokens(&text_tokens)
         }
-        Prompt::Text(text) => session.target.tokenizer.encode(text)?,
-        Prompt::Tokens(ids) => ids.clone(),
+        Prompt::Tokens(ids) => ReplyTo::Tokens(ids),
     };
-    session.generate(&prompt, &request.options, decoding, sink)
+    session.reply(to, request.overflow, &request.options, decoding, sink)
 }
 
 /// The request's drafter and k, or the service's defaults for what it leaves open, with the

@@ -128,6 +128,16 @@ impl DraftModel {
         self.model.set_prompt_cache(bytes);
     }
 
+    /// Keep sequences on disk ([`CachedModel::set_disk_cache`]).
+    pub fn set_disk_cache(&mut self, place: Option<(std::path::PathBuf, u64)>) {
+        self.model.set_disk_cache(place);
+    }
+
+    /// Write the sequence held now to disk ([`CachedModel::persist`]).
+    pub fn persist(&mut self) -> Result<bool> {
+        self.model.persist()
+    }
+
     pub fn into_inner(self) -> CachedModel {
         self.model
     }

@@ -103,6 +103,7 @@ impl Tiny {
             vocab_size: self.vocab,
             trained_context: 4096,
             context: self.context,
+            kv_format: Default::default(),
             requantized: Vec::new(),
         };
         LoadedModel { model: CachedModel::new(model), tokenizer: self.tokenizer(), template, info }
