@@ -27,6 +27,9 @@ pub struct SpeedArgs {
     repeat: usize,
     #[arg(long, default_value = "cpu")]
     device: String,
+    /// How the KV cache stores keys and values (f16 or f32).
+    #[arg(long, default_value = specula_engine::protocol::DEFAULT_KV_FORMAT.as_str())]
+    kv: specula_engine::KvFormat,
     /// Write the figures here as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -54,6 +57,7 @@ struct Report {
     model: String,
     cpu: String,
     threads: usize,
+    kv_format: &'static str,
     results: Vec<Measurement>,
 }
 
@@ -95,7 +99,7 @@ pub fn generation(model: &mut CachedModel, depth: &[u32], tg: usize) -> Result<f
 pub fn speed(args: SpeedArgs) -> Result<(), String> {
     let device = device::select(&args.device).map_err(|e| e.to_string())?;
     let longest = args.depth.iter().max().copied().unwrap_or(0) + args.pp.max(args.tg) + 1;
-    let mut loaded = LoadedModel::load(&args.model, &device, longest).map_err(|e| e.to_string())?;
+    let mut loaded = LoadedModel::load_with(&args.model, &device, longest, args.kv).map_err(|e| e.to_string())?;
     if loaded.model.capacity() < longest {
         return Err(format!("the model holds {} positions; depth + tokens needs {longest}", loaded.model.capacity()));
     }
@@ -122,6 +126,7 @@ pub fn speed(args: SpeedArgs) -> Result<(), String> {
         model: args.model.display().to_string(),
         cpu: specula_engine::kernels::cpu_description(),
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        kv_format: args.kv.as_str(),
         results,
     };
     println!("{}\n| test | t/s |\n|---|---|", report.cpu);

@@ -39,8 +39,9 @@ pub fn tensor_attention(
 ) -> Result<Tensor> {
     let (n_head, n, head_dim) = q.dims3()?;
     let n_kv_head = k.dims()[0];
-    // An f16 cache is widened for the matmuls with the f32 queries.
-    let (k, v) = (&k.to_dtype(DType::F32)?, &v.to_dtype(DType::F32)?);
+    // An f16 cache is widened for the matmuls with the f32 queries: its live rows only.
+    let live = |t: &Tensor| t.narrow(1, 0, kv_len)?.to_dtype(DType::F32);
+    let (k, v) = (&live(k)?, &live(v)?);
     let group = n_head / n_kv_head;
     let repeat = |t: &Tensor| -> candle_core::Result<Tensor> {
         let t = t.narrow(1, 0, kv_len)?;
@@ -86,23 +87,24 @@ impl CustomOp3 for RowExactAttention {
         }
         let q = &q.as_slice::<f32>()?[lq.start_offset()..];
         let shape = Shape::from((n, n_head * head_dim));
+        let dims = (n_head, n, head_dim);
         let out = match (k, v) {
-            (CpuStorage::F32(k), CpuStorage::F32(v)) => self.attend(
-                q,
-                &k[lk.start_offset()..],
-                &v[lv.start_offset()..],
-                (n_head, n, head_dim),
-                n_kv_head,
-                capacity,
-            ),
-            (CpuStorage::F16(k), CpuStorage::F16(v)) => self.attend(
-                q,
-                &k[lk.start_offset()..],
-                &v[lv.start_offset()..],
-                (n_head, n, head_dim),
-                n_kv_head,
-                capacity,
-            ),
+            (CpuStorage::F32(k), CpuStorage::F32(v)) => {
+                self.attend(q, &k[lk.start_offset()..], &v[lv.start_offset()..], dims, n_kv_head, capacity)
+            }
+            (CpuStorage::F16(k), CpuStorage::F16(v)) => {
+                let (k, v) = (&k[lk.start_offset()..], &v[lv.start_offset()..]);
+                match n > 1 {
+                    // A batch (a prefill chunk, a verification) widens the live rows once here,
+                    // not once per query row: the same values, so the same bits.
+                    true => {
+                        let widen = |rows: &[half::f16]| widened(rows, n_kv_head, capacity, self.kv_len, head_dim);
+                        let (k, v) = (widen(k), widen(v));
+                        self.attend(q, &k, &v, dims, n_kv_head, self.kv_len)
+                    }
+                    false => self.attend(q, k, v, dims, n_kv_head, capacity),
+                }
+            }
             _ => candle_core::bail!("attention: keys and values of another type"),
         };
         Ok((CpuStorage::F32(out), shape))
@@ -165,6 +167,16 @@ impl RowExactAttention {
         }
         out
     }
+}
+
+/// The first `len` of each head's `capacity` rows of `d`, as f32: `[heads, len, d]`.
+fn widened(rows: &[half::f16], heads: usize, capacity: usize, len: usize, d: usize) -> Vec<f32> {
+    use half::slice::HalfFloatSliceExt;
+    let mut out = vec![0f32; heads * len * d];
+    for (head, dst) in out.chunks_exact_mut(len * d).enumerate() {
+        rows[head * capacity * d..][..len * d].convert_to_f32_slice(dst);
+    }
+    out
 }
 
 /// How cached keys and values are stored: f32 as they are, f16 widened a block at a time as

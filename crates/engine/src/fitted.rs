@@ -46,7 +46,10 @@ impl Session {
         }
         let mut reply = self.generate(&first.tokens, options, decoding, sink)?;
         reply.stats.trimmed = first.trim;
-        while reply.finish_reason == FinishReason::ContextFull && overflow != Overflow::Stop {
+        // A constrained reply (a JSON schema, a tool call) cannot go on in a new part: its
+        // grammar would start again partway through. It ends as full.
+        let may_continue = overflow != Overflow::Stop && options.grammar.is_none();
+        while reply.finish_reason == FinishReason::ContextFull && may_continue {
             let left = options.max_tokens.saturating_sub(reply.tokens.len());
             let so_far: Vec<u32> = reply.tokens.iter().map(|t| t.id).collect();
             let next = self.fit(to, overflow, capacity - capacity / 4, &marker, &so_far)?;
@@ -54,7 +57,7 @@ impl Session {
             if left == 0 || next.tokens.len() + 1 >= capacity || next.trim == reply.stats.trimmed {
                 break;
             }
-            let trim = next.trim.unwrap_or_default();
+            let Some(trim) = next.trim else { break };
             if sink.on_trim(&trim) == Flow::Stop {
                 reply.finish_reason = FinishReason::Cancelled;
                 break;

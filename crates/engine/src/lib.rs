@@ -92,8 +92,9 @@ impl LoadedModel {
         let template = ChatTemplate::from_gguf(&gguf, tokenizer.bos_text(), tokenizer.eos_text())?;
         let (model, info) = models::load_model(&mut gguf, device, context, kv_format)?;
         let mut model = CachedModel::new(model);
-        // A saved state is of one KV format: another format gets another key.
-        model.set_file_key(decode::disk_cache::model_key(path, &format!("kv-{}", kv_format.as_str())).ok());
+        // A saved state is of one KV format and one device's arithmetic: others get another key.
+        let variant = format!("kv-{}-{}", kv_format.as_str(), device::describe(device));
+        model.set_file_key(decode::disk_cache::model_key(path, &variant).ok());
         Ok(Self { model, tokenizer, template, info })
     }
 

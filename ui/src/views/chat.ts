@@ -75,7 +75,8 @@ export class ChatView {
       empty.textContent = EMPTY;
       root.append(empty);
     }
-    const trimmed = [...messages].reverse().find((m) => m.stats?.trimmed)?.stats?.trimmed;
+    // The latest reply's view only: an earlier reply's trim says nothing of the next one.
+    const trimmed = [...messages].reverse().find((m) => m.role === 'assistant')?.stats?.trimmed;
     if (trimmed) this.markTrim(trimmed);
     root.scrollTop = root.scrollHeight;
   }

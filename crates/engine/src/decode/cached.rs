@@ -77,6 +77,9 @@ impl CachedModel {
             return Ok(false);
         }
         let Some(state) = self.model.save()? else { return Ok(false) };
+        if !disk.fits(state.bytes as u64) {
+            return Ok(false);
+        }
         let model = &self.model;
         disk.store(&self.ids, &mut |out| match model.write_state(&state, out)? {
             true => Ok(()),
@@ -200,7 +203,7 @@ impl CachedModel {
     /// and checked; a file that fails is ignored (and removed).
     fn resume_from_disk(&mut self, context: &[u32], at_least: usize) -> Option<(Vec<u32>, crate::models::SavedState)> {
         let disk = self.disk.as_mut()?;
-        let (entry, _) = disk.best(context, at_least)?;
+        let (entry, _) = disk.best(context, at_least, self.model.capacity())?;
         let (model, positions) = (&self.model, entry.ids.len());
         let state = disk.load(&entry, &mut |input| {
             let state = model.read_state(input)?;

@@ -106,11 +106,14 @@ impl DiskCache {
         self.entries.iter().any(|e| e.ids == ids)
     }
 
-    /// The entry sharing the most (at least `at_least`, at least one) leading tokens with `context`.
-    pub fn best(&self, context: &[u32], at_least: usize) -> Option<(DiskEntry, usize)> {
+    /// The entry sharing the most (at least `at_least`, at least one) leading tokens with
+    /// `context`, among those a cache of `capacity` positions can hold (a longer one stays on
+    /// disk for a later load with more room).
+    pub fn best(&self, context: &[u32], at_least: usize, capacity: usize) -> Option<(DiskEntry, usize)> {
         let (entry, shared) = self
             .entries
             .iter()
+            .filter(|e| e.ids.len() <= capacity)
             .map(|e| (e, crate::tokenizer::common_prefix(&e.ids, context)))
             .max_by_key(|&(_, shared)| shared)?;
         (shared >= at_least.max(1)).then(|| (entry.clone(), shared))
@@ -136,6 +139,12 @@ impl DiskCache {
     /// Write the state after `ids` (`encode` writes it), replacing the entries it extends, and
     /// keep the folder under its cap. Written to a temporary file and renamed: a crash leaves
     /// the old files or the new one, never half of one.
+    /// Whether a state of `bytes` fits under the cap at all (a larger one would be written
+    /// and at once evicted, after every reply).
+    pub fn fits(&self, bytes: u64) -> bool {
+        bytes < self.budget
+    }
+
     pub fn store(&mut self, ids: &[u32], encode: Encode) -> Result<()> {
         if ids.is_empty() || ids.len() > MAX_IDS {
             return Ok(());
@@ -163,15 +172,17 @@ impl DiskCache {
     }
 
     /// Remove the least recently used files, of any model, until the folder is under its cap.
+    /// Only files of our own naming are counted or removed: the folder is the user's to name.
     fn evict(&mut self) {
         let mut files: Vec<(SystemTime, u64, PathBuf)> = std::fs::read_dir(&self.root)
             .into_iter()
             .flatten()
             .flatten()
+            .filter(|model| model.file_name().to_str().is_some_and(is_model_folder))
             .filter_map(|model| std::fs::read_dir(model.path()).ok())
             .flatten()
             .flatten()
-            .filter(|f| f.path().extension().is_some_and(|e| e == "kv"))
+            .filter(|f| f.file_name().to_str().is_some_and(is_sequence_file))
             .filter_map(|f| {
                 let meta = f.metadata().ok()?;
                 Some((meta.modified().ok()?, meta.len(), f.path()))
@@ -189,6 +200,16 @@ impl DiskCache {
             }
         }
     }
+}
+
+/// `<24 hex digits>-<variant>`, as [`model_key`] and the caller name a model's folder.
+fn is_model_folder(name: &str) -> bool {
+    name.len() > 25 && name.as_bytes()[24] == b'-' && name[..24].bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// `<24 hex digits>.kv`, as [`DiskCache::store`] names a sequence's file.
+fn is_sequence_file(name: &str) -> bool {
+    name.len() == 27 && name.ends_with(".kv") && name[..24].bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 fn discard(path: &Path, why: &Error) {
@@ -288,6 +309,9 @@ impl<R: Read> Read for Checksummed<R> {
 mod tests {
     use super::*;
 
+    const KEY_A: &str = "0123456789abcdef01234567-all";
+    const KEY_B: &str = "0123456789abcdef01234568-all";
+
     fn store(cache: &mut DiskCache, ids: &[u32], payload: &[u8]) {
         cache.store(ids, &mut |w: &mut dyn Write| Ok(w.write_all(payload)?)).unwrap();
     }
@@ -303,17 +327,17 @@ mod tests {
     #[test]
     fn a_stored_sequence_comes_back_after_a_restart_and_a_damaged_one_is_removed() {
         let root = tempfile::tempdir().unwrap();
-        let mut cache = DiskCache::open(root.path(), "model-a", 1 << 20);
+        let mut cache = DiskCache::open(root.path(), KEY_A, 1 << 20);
         store(&mut cache, &[1, 2, 3], b"short");
         store(&mut cache, &[1, 2, 3, 4, 5], b"longer state");
         store(&mut cache, &[9, 9], b"other chat");
         assert_eq!(cache.len(), 2, "the longer state of a chat replaces the shorter");
-        let reopened = DiskCache::open(root.path(), "model-a", 1 << 20);
-        let (entry, shared) = reopened.best(&[1, 2, 3, 4, 5, 6], 1).unwrap();
+        let reopened = DiskCache::open(root.path(), KEY_A, 1 << 20);
+        let (entry, shared) = reopened.best(&[1, 2, 3, 4, 5, 6], 1, 100).unwrap();
         assert_eq!((entry.ids.as_slice(), shared), (&[1, 2, 3, 4, 5][..], 5));
         let mut reopened = reopened;
         assert_eq!(load(&mut reopened, &entry, 12).as_deref(), Some(&b"longer state"[..]));
-        assert!(DiskCache::open(root.path(), "model-b", 1 << 20).is_empty(), "another model sees none");
+        assert!(DiskCache::open(root.path(), KEY_B, 1 << 20).is_empty(), "another model sees none");
 
         // One flipped byte in the state: ignored, removed, forgotten.
         let mut bytes = std::fs::read(&entry.path).unwrap();
@@ -324,23 +348,31 @@ mod tests {
         assert!(!entry.path.exists());
         assert_eq!(reopened.len(), 1);
         // A file cut short, and one of another format, are removed at open.
-        let (other, _) = reopened.best(&[9, 9], 1).unwrap();
+        let (other, _) = reopened.best(&[9, 9], 1, 100).unwrap();
         let bytes = std::fs::read(&other.path).unwrap();
         std::fs::write(&other.path, &bytes[..10]).unwrap();
-        std::fs::write(root.path().join("model-a/junk.kv"), b"SPECULAK\x07\0\0\0").unwrap();
-        assert!(DiskCache::open(root.path(), "model-a", 1 << 20).is_empty());
-        assert_eq!(std::fs::read_dir(root.path().join("model-a")).unwrap().count(), 0);
+        std::fs::write(root.path().join(KEY_A).join("junk.kv"), b"SPECULAK\x07\0\0\0").unwrap();
+        assert!(DiskCache::open(root.path(), KEY_A, 1 << 20).is_empty());
+        assert_eq!(std::fs::read_dir(root.path().join(KEY_A)).unwrap().count(), 0);
     }
 
     #[test]
     fn the_folder_stays_under_its_cap_oldest_first() {
         let root = tempfile::tempdir().unwrap();
-        let mut cache = DiskCache::open(root.path(), "m", 3000);
+        let mut cache = DiskCache::open(root.path(), KEY_A, 3000);
         for chat in 0..5u32 {
             store(&mut cache, &[100 + chat, 1], &[0u8; 1000]);
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         assert_eq!(cache.len(), 2, "two files of ~1 KiB fit under 3,000 bytes");
         assert!(cache.holds(&[104, 1]) && cache.holds(&[103, 1]));
+        // Files not of our naming are the folder owner's: never counted, never removed.
+        std::fs::write(root.path().join("notes.kv"), [0u8; 5000]).unwrap();
+        std::fs::create_dir(root.path().join("photos")).unwrap();
+        std::fs::write(root.path().join("photos/a.kv"), [0u8; 5000]).unwrap();
+        store(&mut cache, &[105, 1], &[0u8; 1000]);
+        assert!(root.path().join("notes.kv").exists() && root.path().join("photos/a.kv").exists());
+        assert_eq!(cache.len(), 2);
+        assert!(cache.best(&[104, 1], 1, 1).is_none(), "longer than the cache can hold: not offered");
     }
 }

@@ -222,7 +222,10 @@ pub fn load_model(
 /// cache commits memory only as a chat fills it, so the cap is what a full context would take.
 fn auto_context(gguf: &GgufFile, config: &decoder::DecoderConfig, sizes: Sizes, device: &Device) -> usize {
     let trained = config.trained_context.max(1);
-    let Some(available) = crate::device::available_memory() else { return trained };
+    // Where free memory cannot be read (not Linux), a context a chat fills without surprise.
+    let Some(available) = crate::device::available_memory() else {
+        return trained.min(specula_protocol::TYPICAL_CONTEXT);
+    };
     let (vocab, ffn, kv_format) = sizes;
     let at = |positions: usize| config.runtime_bytes(positions, vocab, ffn, kv_format).unwrap_or(u64::MAX);
     let per_position = at(2).saturating_sub(at(1)).max(1);
