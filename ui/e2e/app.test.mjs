@@ -218,10 +218,14 @@ test('bad models, bad drafts and long prompts give readable errors and the app k
   assert.equal(mismatched.failure?.code, 'incompatible_draft');
   assert.match(mismatched.failure.message, /the draft cannot pair with the target/);
 
-  await ask('word '.repeat(5000));
+  // Longer than any context the 1.5B target gets (its trained 32,768): under `stop`, the
+  // error; the question stays in the composer.
+  await setSettings({ overflow: 'stop' });
+  await ask('word '.repeat(40000));
   await replyEnds();
   assert.match(await wd.execute("return document.querySelector('#notice').textContent"), /context/);
-  assert.equal(await wd.execute("return document.querySelector('#prompt').value.length"), 'word '.repeat(5000).trim().length);
+  assert.equal(await wd.execute("return document.querySelector('#prompt').value.length"), 'word '.repeat(40000).trim().length);
+  await setSettings({ overflow: 'truncate-middle' });
 
   await setSettings({ max_tokens: 8, draft: 'none' });
   await ask('Say hi.');

@@ -160,6 +160,8 @@ test('Regenerate keeps the first answer in the browser too: ◀ goes back to it'
 });
 
 test('a prompt longer than the context gives a readable error and the app keeps working', async () => {
+  // The server's context is 1,024 (--ctx); the chat asks for the API's own behaviour.
+  await setSettings({ overflow: 'stop' });
   await ask('word '.repeat(1500));
   await replyEnds();
   await page.waitForSelector('#notice:not([hidden])');
@@ -172,6 +174,18 @@ test('a prompt longer than the context gives a readable error and the app keeps 
   await replyEnds();
   const sources = await lastReply().locator('.tok').evaluateAll((spans) => spans.map((s) => s.dataset.source));
   assert.ok(sources.length > 0 && sources.every((s) => s === 'target'), `plain tokens: ${sources}`);
+});
+
+test('under truncate-middle the same prompt is answered, with a marker where it was cut', async () => {
+  await setSettings({ overflow: 'truncate-middle', max_tokens: 4 });
+  await ask(`${'word '.repeat(1500)}\nHow many times is "word" written above?`);
+  await replyEnds();
+  const marker = page.locator('#messages > .trim-marker');
+  assert.match(await marker.textContent(), /tokens from the middle of the prompt left out of the model's view/);
+  assert.ok((await lastReply().locator('.tok').count()) > 0, 'an answer');
+  await marker.scrollIntoViewIfNeeded();
+  await page.screenshot({ path: join(ARTIFACTS, 'browser-trimmed.png') });
+  await setSettings({ max_tokens: 8 });
 });
 
 test('after a reload the conversation is there with its colours', async () => {
