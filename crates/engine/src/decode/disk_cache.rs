@@ -139,10 +139,12 @@ impl DiskCache {
     /// Write the state after `ids` (`encode` writes it), replacing the entries it extends, and
     /// keep the folder under its cap. Written to a temporary file and renamed: a crash leaves
     /// the old files or the new one, never half of one.
-    /// Whether a state of `bytes` fits under the cap at all (a larger one would be written
-    /// and at once evicted, after every reply).
+    /// Whether a state of `bytes` should be written: under the cap (a larger one would be
+    /// written and at once evicted, after every reply), and leaving the disk at least
+    /// [`DISK_LEFT_FREE`] besides (a cache never fills the disk the history lives on).
     pub fn fits(&self, bytes: u64) -> bool {
-        bytes < self.budget
+        let free = free_space(&self.root);
+        bytes < self.budget && free.is_none_or(|free| free > bytes.saturating_add(DISK_LEFT_FREE))
     }
 
     pub fn store(&mut self, ids: &[u32], encode: Encode) -> Result<()> {
@@ -199,6 +201,31 @@ impl DiskCache {
                 self.entries.retain(|e| e.path != path);
             }
         }
+    }
+}
+
+/// Disk a write of the cache leaves free, at least.
+pub const DISK_LEFT_FREE: u64 = 1 << 30;
+
+/// Bytes this process may still write on the file system holding `path` (or its nearest
+/// existing parent); `None` where that cannot be told.
+fn free_space(path: &Path) -> Option<u64> {
+    let existing = path.ancestors().find(|p| p.exists())?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let name = std::ffi::CString::new(existing.as_os_str().as_bytes()).ok()?;
+        // SAFETY: a NUL-terminated path and a zeroed struct for the call to fill.
+        let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+        if unsafe { libc::statvfs(name.as_ptr(), &mut stat) } != 0 {
+            return None;
+        }
+        Some((stat.f_bavail as u64).saturating_mul(stat.f_frsize as u64))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = existing;
+        None
     }
 }
 
@@ -354,6 +381,17 @@ mod tests {
         std::fs::write(root.path().join(KEY_A).join("junk.kv"), b"SPECULAK\x07\0\0\0").unwrap();
         assert!(DiskCache::open(root.path(), KEY_A, 1 << 20).is_empty());
         assert_eq!(std::fs::read_dir(root.path().join(KEY_A)).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_state_is_written_only_under_the_cap_and_with_the_disk_left_free() {
+        let root = tempfile::tempdir().unwrap();
+        let cache = DiskCache::open(&root.path().join("not yet made"), KEY_A, 1 << 20);
+        assert!(free_space(&root.path().join("not yet made")).is_some_and(|free| free > 0));
+        assert!(!cache.fits(2 << 20), "over the cap");
+        let roomy = DiskCache::open(root.path(), KEY_A, u64::MAX);
+        let free = free_space(root.path()).unwrap();
+        assert!(!roomy.fits(free), "a state that would leave less than DISK_LEFT_FREE");
     }
 
     #[test]
