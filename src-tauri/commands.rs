@@ -6,7 +6,7 @@ use crate::engine::ReplyOut;
 use crate::error::{CommandResult, ErrorCode, ErrorInfo};
 use crate::settings::{models_dir, AppSettings, EngineSettings};
 use crate::AppState;
-use specula_engine::protocol::{EngineStatus, ModelEntry, ReplyEvent, ReplyStarted};
+use specula_engine::protocol::{split_reasoning, split_tokens, EngineStatus, ModelEntry, ReplyEvent, ReplyStarted};
 use specula_engine::{check_draft_for, inspect, Message, Role};
 use specula_store::{Conversation, ConversationSummary, StoredMessage};
 use std::path::{Path, PathBuf};
@@ -237,7 +237,20 @@ pub fn reply(
 pub(crate) fn chat_messages(conversation: &Conversation) -> Vec<Message> {
     let system =
         (!conversation.system_prompt.trim().is_empty()).then(|| Message::system(conversation.system_prompt.clone()));
-    let turns = conversation.messages.iter().map(|m| Message::new(m.role.clone(), m.content.clone()));
+    let turns = conversation.messages.iter().map(|m| match m.stats.as_ref().and_then(|s| s.reasoning) {
+        // A reply that thought: its thinking goes apart, for the template to show or leave out.
+        Some(reasoning) => {
+            let (thought, answer) = match m.tokens.as_deref() {
+                Some(tokens) if !tokens.is_empty() => split_tokens(tokens, &reasoning),
+                _ => {
+                    let (thought, answer) = split_reasoning(&m.content, true);
+                    (thought.unwrap_or_default(), answer)
+                }
+            };
+            Message { reasoning_content: Some(thought), ..Message::new(m.role.clone(), answer) }
+        }
+        None => Message::new(m.role.clone(), m.content.clone()),
+    });
     system.into_iter().chain(turns).collect()
 }
 

@@ -107,6 +107,41 @@ class Stops(unittest.TestCase):
         self.assertEqual(finish, "stop")
 
 
+# The coder model is no reasoning model, but it follows this note: its replies open with a
+# <think> block the way Qwen3's and DeepSeek-R1's do.
+THINK = [
+    {"role": "system", "content": "You think before you answer. Begin every reply with <think>, write your "
+                                  "reasoning, close it with </think>, then give the answer."},
+    {"role": "user", "content": "What is 17 times 3?"},
+]
+
+
+class Reasoning(unittest.TestCase):
+    def test_thinking_comes_back_as_reasoning_content_and_a_streamed_reply_adds_up_to_it(self):
+        full = chat(messages=THINK, temperature=0, max_tokens=200)
+        message = full.choices[0].message
+        reasoning = message.model_extra.get("reasoning_content")
+        self.assertTrue(reasoning, message)
+        self.assertNotIn("<think>", reasoning)
+        self.assertNotIn("</think>", reasoning + (message.content or ""))
+        stats = full.model_extra["specula"]["stats"]["reasoning"]
+        self.assertTrue(stats["ended"] and stats["tokens"] > 5, stats)
+        streamed_reasoning, streamed_content = "", ""
+        for chunk in chat(messages=THINK, temperature=0, max_tokens=200, stream=True):
+            if chunk.choices:
+                delta = chunk.choices[0].delta
+                streamed_reasoning += (delta.model_extra or {}).get("reasoning_content") or ""
+                streamed_content += delta.content or ""
+        self.assertEqual(streamed_reasoning, reasoning)
+        self.assertEqual(streamed_content, message.content or "")
+
+    def test_a_reply_cut_off_while_thinking_is_all_reasoning(self):
+        full = chat(messages=THINK, temperature=0, max_tokens=6)
+        self.assertTrue(full.choices[0].message.model_extra.get("reasoning_content"))
+        self.assertEqual(full.choices[0].message.content, "")
+        self.assertEqual(full.choices[0].finish_reason, "length")
+
+
 class MessageShapes(unittest.TestCase):
     def test_content_parts_developer_and_tool_turns_are_read(self):
         messages = [

@@ -5,7 +5,7 @@ use crate::{ModelArgs, SamplingArgs};
 use clap::Args;
 use specula_engine::chat::RenderOptions;
 use specula_engine::protocol::Collected;
-use specula_engine::protocol::{FinishReason, Trim};
+use specula_engine::protocol::{FinishReason, Reasoning, Trim};
 use specula_engine::service::{EngineHandle, Prompt, ReplyEvent, Request, ServiceConfig};
 use specula_engine::speculative::KSetting;
 use specula_engine::{
@@ -288,6 +288,9 @@ pub fn print_reply(
         if let (ReplyEvent::Trimmed { trim }, Some(_)) = (&event, printer.as_ref()) {
             print_trim(trim);
         }
+        if let (ReplyEvent::Reasoning { reasoning }, Some(printer)) = (&event, printer.as_mut()) {
+            printer.on_reasoning(reasoning);
+        }
         if let (ReplyEvent::Tokens { tokens }, Some(printer)) = (&event, printer.as_mut()) {
             if tokens.iter().any(|token| printer.on_token(token) == Flow::Stop) {
                 cancel();
@@ -433,6 +436,8 @@ pub fn options(args: &SamplingArgs) -> GenerateOptions {
 pub struct Printer {
     colour: bool,
     text: PrintableStream,
+    /// The reply is thinking: its text is printed dim.
+    thinking: bool,
 }
 
 impl Printer {
@@ -440,6 +445,7 @@ impl Printer {
         Self {
             colour: std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
             text: PrintableStream::default(),
+            thinking: false,
         }
     }
 }
@@ -450,14 +456,24 @@ impl TokenSink for Printer {
         Flow::Continue
     }
 
+    fn on_reasoning(&mut self, reasoning: &Reasoning) -> Flow {
+        self.thinking = !reasoning.ended;
+        Flow::Continue
+    }
+
     fn on_token(&mut self, token: &TokenEvent) -> Flow {
         let mut out = std::io::stdout().lock();
-        let code = match token.source {
+        let colour = match token.source {
             Source::Accepted => "32",  // green
             Source::Copied => "35",    // magenta
             Source::Resampled => "33", // yellow
             Source::Bonus => "36",     // cyan
             Source::Target => "",
+        };
+        let code = match (self.thinking, colour) {
+            (true, "") => "2".to_string(), // dim: the model's thinking
+            (true, colour) => format!("2;{colour}"),
+            (false, colour) => colour.to_string(),
         };
         let (held, text) = self.text.next(&token.text);
         let written = if self.colour && !code.is_empty() {

@@ -9,6 +9,7 @@ use crate::chat::{Message, RenderOptions};
 use crate::decode::{Flow, GenerateOptions, Generation, StepEvent, TokenEvent, TokenSink};
 use crate::error::Result;
 use crate::session::{Decoding, Session};
+use crate::thinking::{prompt_opens_thinking, Thinking};
 use specula_protocol::{FinishReason, Overflow, SpeculativeStats, Trim};
 
 /// What a reply answers.
@@ -19,6 +20,9 @@ pub enum ReplyTo<'a> {
     /// A prompt as tokens; an overflow policy cuts its middle.
     Tokens(&'a [u32]),
 }
+
+/// How many of a prompt's last tokens are read for an open `<think>`.
+const PROMPT_TAIL: usize = 8;
 
 /// Put where tokens were cut from the middle of a prompt, so the model sees a gap.
 pub const CUT_MARKER: &str = "\n\n[…]\n\n";
@@ -39,6 +43,30 @@ impl Session {
         let room = options.max_tokens.clamp(1, (capacity / 4).max(1));
         let marker = self.target.tokenizer.encode_literal(CUT_MARKER)?;
         let first = self.fit(to, overflow, capacity.saturating_sub(room), &marker, &[])?;
+        // A chat reply may think first; a prompt given as tokens is continued as it is.
+        if !matches!(to, ReplyTo::Chat { .. }) {
+            return self.reply_fitted(to, overflow, first, options, decoding, sink);
+        }
+        let tail = &first.tokens[first.tokens.len().saturating_sub(PROMPT_TAIL)..];
+        let opened = prompt_opens_thinking(&self.target.tokenizer.decode(tail)?);
+        let mut thinking = Thinking::new(sink, opened);
+        let mut reply = self.reply_fitted(to, overflow, first, options, decoding, &mut thinking)?;
+        reply.stats.reasoning = thinking.finish();
+        Ok(reply)
+    }
+
+    /// [`Self::reply`] once its prompt is `first`.
+    fn reply_fitted(
+        &mut self,
+        to: ReplyTo,
+        overflow: Overflow,
+        first: Fitted,
+        options: &GenerateOptions,
+        decoding: Decoding,
+        sink: &mut dyn TokenSink,
+    ) -> Result<Generation> {
+        let capacity = self.target.model.capacity();
+        let marker = self.target.tokenizer.encode_literal(CUT_MARKER)?;
         if let Some(trim) = &first.trim {
             if sink.on_trim(trim) == Flow::Stop {
                 return Ok(Generation::cancelled(first.tokens.len()));
@@ -103,6 +131,9 @@ impl TokenSink for Continuing<'_> {
     }
     fn on_step(&mut self, step: &StepEvent) -> Flow {
         self.0.on_step(step)
+    }
+    fn on_reasoning(&mut self, reasoning: &specula_protocol::Reasoning) -> Flow {
+        self.0.on_reasoning(reasoning)
     }
 }
 

@@ -30,6 +30,7 @@ pub mod speculative;
 pub mod stop;
 #[cfg(feature = "synth")]
 pub mod synth;
+pub mod thinking;
 pub mod tokenizer;
 
 pub use candle_core;

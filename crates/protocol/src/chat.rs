@@ -31,6 +31,10 @@ pub struct Message {
     /// The call a tool turn answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// An assistant turn's thinking, apart from its content: templates that know thinking
+    /// (Qwen3's) read `reasoning_content`, and the others never show it to the model again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
 }
 
 /// A function call as templates render it: `arguments` is a JSON value, not a string.
@@ -50,7 +54,14 @@ pub struct FunctionCall {
 
 impl Message {
     pub fn new(role: Role, content: impl Into<String>) -> Self {
-        Self { role, content: content.into(), parts: Vec::new(), tool_calls: Vec::new(), tool_call_id: None }
+        Self {
+            role,
+            content: content.into(),
+            parts: Vec::new(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            reasoning_content: None,
+        }
     }
 
     /// A message sent as text parts: its content is their texts joined by newlines, as

@@ -158,6 +158,10 @@ pub struct GenerationStats {
     // `default` last: specta reads the attributes in order, and an absent field reads as none.
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub trimmed: Option<Trim>,
+    /// How much of the reply was a reasoning model's thinking (none: it did not think).
+    // `default` last: specta reads the attributes in order, and an absent field reads as none.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub reasoning: Option<crate::Reasoning>,
 }
 
 /// What a reply's prompt left out to fit the context (an overflow policy's work): whole
@@ -217,6 +221,10 @@ pub enum ReplyEvent {
     /// The chat did not fit the context: this much of it is out of the model's view (again,
     /// larger, when a reply that filled the context goes on).
     Trimmed { trim: Trim },
+    /// The reply is thinking (a reasoning model's `<think>` block): said when the thinking
+    /// opens (`ended` false; every token from then on is thinking) and when it closes (the
+    /// reply's first `tokens` tokens were).
+    Reasoning { reasoning: crate::Reasoning },
     /// `done` of the `total` uncached prompt tokens are read.
     Prefill { done: usize, total: usize },
     /// Tokens in the order they were committed: one from the engine, a few once gathered for
@@ -311,6 +319,7 @@ impl Collected {
             ReplyEvent::Failed { error } => return Some(Err(error)),
             ReplyEvent::Started { .. }
             | ReplyEvent::Trimmed { .. }
+            | ReplyEvent::Reasoning { .. }
             | ReplyEvent::Prefill { .. }
             | ReplyEvent::Step { .. }
             | ReplyEvent::Unsaved { .. } => {}

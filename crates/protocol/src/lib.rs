@@ -12,6 +12,7 @@ pub mod events;
 pub mod history;
 pub mod limits;
 pub mod options;
+pub mod reasoning;
 pub mod remote;
 
 pub use app::{
@@ -30,4 +31,5 @@ pub use options::{
     Decoding, DrafterKind, GenerateOptions, Grammar, KSetting, KvFormat, Mode, Overflow, SamplingParams,
     DEFAULT_KV_FORMAT,
 };
+pub use reasoning::{split_reasoning, split_tokens, Reasoning, ReasoningSplit, Released, THINK_CLOSE, THINK_OPEN};
 pub use remote::{Connection, ConnectionCheck, RemoteKind, RemoteTarget};

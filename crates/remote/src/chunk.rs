@@ -26,6 +26,8 @@ pub struct Choice {
 #[derive(Debug, Default, Deserialize)]
 pub struct Delta {
     pub content: Option<String>,
+    /// A reasoning model's thinking, apart from its answer (llama-server, vLLM).
+    pub reasoning_content: Option<String>,
 }
 
 #[derive(Debug, Default, Clone, Copy, Deserialize)]

@@ -8,9 +8,11 @@ use crate::ticket::Outlet;
 use crate::{bad, Limits};
 use specula_protocol::limits::MAX_ALTERNATIVES;
 use specula_protocol::{
-    ErrorCode, ErrorInfo, FinishReason, RemoteKind, ReplyEvent, Source, SpeculativeStats, StepEvent, TokenEvent,
+    ErrorCode, ErrorInfo, FinishReason, Reasoning, RemoteKind, ReplyEvent, Source, SpeculativeStats, StepEvent,
+    TokenEvent,
 };
 use std::io::Read;
+use std::time::Instant;
 
 /// What the chunks said beyond their tokens, gathered for the reply's end.
 #[derive(Default)]
@@ -19,6 +21,8 @@ struct Ending {
     usage: Option<Usage>,
     timings: Option<Timings>,
     remote_stats: Option<specula_protocol::GenerationStats>,
+    /// The thinking of a remote that sends it apart (`reasoning_content`), and its start.
+    reasoning: Option<(Reasoning, Instant)>,
     kind: Option<RemoteKind>,
     done: bool,
 }
@@ -108,12 +112,42 @@ fn take_chunk(outlet: &Outlet, chunk: Chunk, ending: &mut Ending, budget: &Budge
             ending.kind = Some(RemoteKind::Specula);
             take_extension(outlet, extension, ending, budget)?;
         }
-        None => take_text(outlet, choice.delta.content.unwrap_or_default(), budget)?,
+        None => {
+            let delta = choice.delta;
+            if let Some(thinking) = delta.reasoning_content.filter(|t| !t.is_empty()) {
+                think(outlet, ending, false);
+                take_text(outlet, thinking, budget)?;
+            }
+            if let Some(content) = delta.content.filter(|t| !t.is_empty()) {
+                think(outlet, ending, true);
+                take_text(outlet, content, budget)?;
+            }
+        }
     }
     if let Some(name) = choice.finish_reason {
         ending.finish = Some(chunk::finish_reason(&name));
     }
     Ok(())
+}
+
+/// Thinking sent apart from the answer: said open before its first text, and closed before
+/// the answer's (the reply's first tokens are its thinking, as the engine says of its own).
+fn think(outlet: &Outlet, ending: &mut Ending, answer: bool) {
+    let tokens = outlet.tally().tokens as u32;
+    let change = match &mut ending.reasoning {
+        None if !answer => {
+            ending.reasoning = Some((Reasoning { tokens, ended: false, ms: 0.0 }, Instant::now()));
+            ending.reasoning.map(|(r, _)| r)
+        }
+        Some((reasoning, started)) if answer && !reasoning.ended => {
+            *reasoning = Reasoning { tokens, ended: true, ms: started.elapsed().as_secs_f32() * 1e3 };
+            Some(*reasoning)
+        }
+        _ => None,
+    };
+    if let Some(reasoning) = change {
+        outlet.send(ReplyEvent::Reasoning { reasoning });
+    }
 }
 
 /// A Specula remote: its engine's events, tokens with their provenance and step figures with
@@ -145,7 +179,7 @@ fn take_event(outlet: &Outlet, event: ReplyEvent, ending: &mut Ending, budget: &
             step.tokens_per_second = outlet.tally().tokens_per_second();
             outlet.send(ReplyEvent::Step { step });
         }
-        event @ (ReplyEvent::Prefill { .. } | ReplyEvent::Trimmed { .. }) => {
+        event @ (ReplyEvent::Prefill { .. } | ReplyEvent::Trimmed { .. } | ReplyEvent::Reasoning { .. }) => {
             outlet.send(event);
         }
         ReplyEvent::Done { stats, .. } => ending.remote_stats = Some(stats),
@@ -197,6 +231,14 @@ fn done(outlet: &Outlet, ending: Ending) -> ReplyEvent {
         stats.prompt_tokens = remote.prompt_tokens;
         stats.cached_prompt_tokens = remote.cached_prompt_tokens;
         stats.speculative = remote.speculative;
+        stats.reasoning = remote.reasoning;
+    }
+    if let Some((mut reasoning, started)) = ending.reasoning {
+        if !reasoning.ended {
+            reasoning.tokens = tally.tokens as u32;
+            reasoning.ms = started.elapsed().as_secs_f32() * 1e3;
+        }
+        stats.reasoning = Some(reasoning);
     }
     if let Some(timings) = ending.timings {
         stats.prompt_tokens = timings.prompt_n + timings.cache_n;

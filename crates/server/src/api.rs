@@ -179,6 +179,10 @@ pub struct ChatMessage {
     #[serde(default)]
     pub tool_calls: Vec<ApiToolCall>,
     pub tool_call_id: Option<String>,
+    /// An earlier reply's thinking, as this server returned it: the template decides whether
+    /// the model sees it again (Qwen3's keeps it only within the current turn's tool calls).
+    #[serde(default)]
+    pub reasoning_content: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -310,6 +314,7 @@ impl ChatMessage {
         };
         message.tool_calls = self.tool_calls.into_iter().map(ApiToolCall::into_engine).collect();
         message.tool_call_id = self.tool_call_id;
+        message.reasoning_content = self.reasoning_content;
         Ok(message)
     }
 }

@@ -14,7 +14,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
-use specula_engine::protocol::Collected;
+use specula_engine::protocol::{split_reasoning, Collected, ReasoningSplit, Released};
 use specula_engine::service::{EngineHandle, Prompt, ReplyEvent, Request, Ticket};
 use specula_engine::{Generation, TokenEvent};
 use std::hash::{BuildHasher, Hasher};
@@ -193,6 +193,15 @@ fn log(id: &str, call: &Call, usage: &Usage, first: Option<&Generation>, started
     );
 }
 
+/// A chat reply's thinking (`reasoning_content`, as llama-server and vLLM return it) and the
+/// rest of its text; a completion's text is all content.
+fn split_thinking(call: &Call, g: &Generation) -> (Option<String>, String) {
+    match call.kind {
+        Kind::Chat => split_reasoning(&g.text, g.stats.reasoning.is_some()),
+        Kind::Text => (None, g.text.clone()),
+    }
+}
+
 /// The reply's text split into content and tool calls (none unless tools were offered).
 fn split_calls(call: &Call, text: &str) -> (String, Vec<tools::Call>) {
     if !call.tools.is_active() {
@@ -237,11 +246,15 @@ fn full_body(call: &Call, id: &str, done: &[(Choice, Generation)]) -> Value {
     let choices: Vec<Value> = done
         .iter()
         .map(|(choice, g)| {
-            let (content, calls) = split_calls(call, &g.text);
+            let (reasoning, content) = split_thinking(call, g);
+            let (content, calls) = split_calls(call, &content);
             let logprobs = call.logprobs.map_or(Value::Null, |top| logprobs_json(call.kind, &g.tokens, top));
             let mut body = match call.kind {
                 Kind::Chat => {
                     let mut message = json!({ "role": "assistant", "content": content });
+                    if let Some(reasoning) = reasoning {
+                        message["reasoning_content"] = reasoning.into();
+                    }
                     if !calls.is_empty() {
                         if content.is_empty() {
                             message["content"] = Value::Null;
@@ -339,20 +352,77 @@ fn logprobs_json(kind: Kind, tokens: &[TokenEvent], top: usize) -> Value {
     }
 }
 
-/// What a stream sends of one choice so far.
+/// What a stream sends of one choice so far. The reply's text passes three stages: the stop
+/// strings hold back what may yet be cut, the thinking is told apart from the answer (chat
+/// only), and the answer holds back what may be a tool call.
 struct StreamedChoice {
     index: usize,
-    holdback: Holdback,
+    stops: Holdback,
+    thinking: Option<ReasoningSplit>,
+    calls: Holdback,
     first: bool,
 }
 
 impl StreamedChoice {
     fn new(call: &Call, choice: &Choice) -> Self {
-        let mut markers = choice.request.options.stop.clone();
-        if call.tools.is_active() {
-            markers.extend(tools::MARKERS.iter().map(|m| m.to_string()));
+        let markers = match call.tools.is_active() {
+            true => tools::MARKERS.iter().map(|m| m.to_string()).collect(),
+            false => Vec::new(),
+        };
+        Self {
+            index: choice.index,
+            stops: Holdback::new(choice.request.options.stop.clone(), false),
+            thinking: (call.kind == Kind::Chat).then(ReasoningSplit::new),
+            calls: Holdback::new(markers, call.tools.is_active()),
+            first: true,
         }
-        Self { index: choice.index, holdback: Holdback::new(markers, call.tools.is_active()), first: true }
+    }
+
+    /// The engine said the prompt opened the thinking, before any token.
+    fn opened(&mut self) {
+        if let Some(thinking) = &mut self.thinking {
+            *thinking = ReasoningSplit::opened();
+        }
+    }
+
+    /// What may be sent of a token's text now: thinking, and answer.
+    fn take(&mut self, text: &str) -> Released {
+        let safe = self.stops.push(text);
+        self.release(&safe)
+    }
+
+    /// The rest, once the reply is `g`: thinking, and the answer without its tool calls.
+    fn finish(&mut self, call: &Call, g: &Generation) -> (Released, Vec<tools::Call>) {
+        let rest = self.stops.finish(&g.text);
+        let mut out = self.release(&rest);
+        if let Some(thinking) = &mut self.thinking {
+            let last = thinking.finish();
+            out.reasoning += &last.reasoning;
+            self.calls.push(&last.content);
+        }
+        let (_, content) = split_thinking(call, g);
+        let (content, calls) = split_calls(call, &content);
+        out.content += &self.calls.finish(&content);
+        (out, calls)
+    }
+
+    fn release(&mut self, text: &str) -> Released {
+        let mut out = match &mut self.thinking {
+            Some(thinking) => thinking.push(text),
+            None => Released { reasoning: String::new(), content: text.to_string() },
+        };
+        out.content = self.calls.push(&out.content);
+        out
+    }
+
+    /// The chunk's part for thinking (chat only).
+    fn reasoning_part(&mut self, reasoning: &str) -> Value {
+        let mut part = self.part(Kind::Chat, "", None, None);
+        part["delta"]["reasoning_content"] = reasoning.into();
+        if let Some(delta) = part["delta"].as_object_mut() {
+            delta.remove("content");
+        }
+        part
     }
 
     /// The choice part of a chunk: a delta (chat) or text (completion).
@@ -444,22 +514,34 @@ fn stream(
                 match event {
                     ReplyEvent::Tokens { tokens } => {
                         let text: String = tokens.iter().map(|t| t.text.as_str()).collect();
-                        let text = streamed.holdback.push(&text);
-                        let mut part = streamed.part(call.kind, &text, None, None);
+                        let released = streamed.take(&text);
+                        if !released.reasoning.is_empty() {
+                            let part = streamed.reasoning_part(&released.reasoning);
+                            yield Ok(chunks.chunk(vec![part], StreamExtension::default()));
+                        }
+                        let mut part = streamed.part(call.kind, &released.content, None, None);
                         if let Some(top) = call.logprobs {
                             part["logprobs"] = logprobs_json(call.kind, &tokens, top);
                         }
                         yield Ok(chunks.chunk(vec![part], StreamExtension::of(ReplyEvent::Tokens { tokens })));
                     }
-                    event @ (ReplyEvent::Step { .. } | ReplyEvent::Prefill { .. } | ReplyEvent::Trimmed { .. }) => {
+                    event @ (ReplyEvent::Step { .. } | ReplyEvent::Prefill { .. } | ReplyEvent::Trimmed { .. } | ReplyEvent::Reasoning { .. }) => {
+                        if matches!(event, ReplyEvent::Reasoning { reasoning } if reasoning.tokens == 0) {
+                            streamed.opened();
+                        }
                         let part = streamed.part(call.kind, "", None, None);
                         yield Ok(chunks.chunk(vec![part], StreamExtension::of(event)));
                     }
                     ReplyEvent::Done { finish_reason: reason, text, stats } => {
-                        let (content, calls) = split_calls(&call, &text);
-                        let rest_text = streamed.holdback.finish(&content);
-                        if !rest_text.is_empty() {
-                            let part = streamed.part(call.kind, &rest_text, None, None);
+                        let g = Generation { text, tokens: Vec::new(), finish_reason: reason, stats };
+                        let (rest, calls) = streamed.finish(&call, &g);
+                        let Generation { text, stats, .. } = g;
+                        if !rest.reasoning.is_empty() {
+                            let part = streamed.reasoning_part(&rest.reasoning);
+                            yield Ok(chunks.chunk(vec![part], StreamExtension::default()));
+                        }
+                        if !rest.content.is_empty() {
+                            let part = streamed.part(call.kind, &rest.content, None, None);
                             yield Ok(chunks.chunk(vec![part], StreamExtension::default()));
                         }
                         if !calls.is_empty() {

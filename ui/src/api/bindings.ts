@@ -449,7 +449,11 @@ cached_prompt_tokens: number; generated_tokens: number; prefill_ms: number; deco
 /**
  * What of the chat was left out of the model's view to fit the context.
  */
-trimmed?: Trim | null }
+trimmed?: Trim | null; 
+/**
+ * How much of the reply was a reasoning model's thinking (none: it did not think).
+ */
+reasoning?: Reasoning | null }
 /**
  * What an import did.
  */
@@ -522,6 +526,24 @@ export type Overflow =
  */
 export type PullEvent = { kind: "progress"; done: number; total: number; bytes_per_second: number; eta_seconds: number | null } | { kind: "done"; path: string } | { kind: "error"; code: ErrorCode; message: string }
 /**
+ * How much of a reply was thinking.
+ */
+export type Reasoning = { 
+/**
+ * The reply's first `tokens` tokens are its thinking, the markers among them; while
+ * `ended` is false, every token so far is.
+ */
+tokens: number; 
+/**
+ * Whether the thinking was closed (`</think>`); a reply that stopped while thinking has
+ * no answer.
+ */
+ended: boolean; 
+/**
+ * From the reply's first token to the one that closed the thinking (or the last).
+ */
+ms: number }
+/**
  * The pair a first run offers to download, with why it suits this machine.
  */
 export type RecommendedPair = { target: CatalogueEntry; draft: CatalogueEntry; 
@@ -565,6 +587,12 @@ export type ReplyEvent = { kind: "started"; request_id: number; prompt_tokens: n
  * larger, when a reply that filled the context goes on).
  */
 { kind: "trimmed"; trim: Trim } | 
+/**
+ * The reply is thinking (a reasoning model's `<think>` block): said when the thinking
+ * opens (`ended` false; every token from then on is thinking) and when it closes (the
+ * reply's first `tokens` tokens were).
+ */
+{ kind: "reasoning"; reasoning: Reasoning } | 
 /**
  * `done` of the `total` uncached prompt tokens are read.
  */

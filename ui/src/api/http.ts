@@ -21,8 +21,10 @@ import {
   type ReplyHandle,
   type Role,
   type Settings,
+  type TokenEvent,
   toBackendError,
 } from './types';
+import { shownThinking, splitReply } from '../render/thinking';
 
 const SETTINGS_KEY = 'specula.settings';
 const API_KEY = 'specula.apiKey';
@@ -199,7 +201,7 @@ export class HttpBackend implements Backend {
     const conversation = this.store.get(conversationId);
     const messages = [
       ...(conversation.system_prompt ? [{ role: 'system', content: conversation.system_prompt }] : []),
-      ...conversation.messages.map((m) => ({ role: m.role, content: m.content })),
+      ...conversation.messages.map(apiMessage),
     ];
     const reply = this.store.addMessage(conversationId, {
       role: 'assistant',
@@ -265,6 +267,17 @@ export class HttpBackend implements Backend {
     })();
     return { cancel: async () => abort.abort(), done };
   }
+}
+
+/** A stored message as the API takes it: a reply that thought sends its thinking apart, as
+ *  the server returned it, for the template to show the model again or not (the app does the
+ *  same: src-tauri/commands.rs `chat_messages`). */
+export function apiMessage(m: ChatMessage): { role: string; content: string; reasoning_content?: string } {
+  const reasoning = m.role === 'assistant' ? m.stats?.reasoning : null;
+  if (!reasoning || !m.tokens?.length) return { role: m.role, content: m.content };
+  const { thinking, answer } = splitReply(m.tokens, reasoning);
+  const text = (tokens: TokenEvent[]) => tokens.map((t) => t.text).join('');
+  return { role: m.role, content: text(answer), reasoning_content: shownThinking(text(thinking)) };
 }
 
 /** The reply event one streamed chunk carries: the server's engine's own, unchanged

@@ -48,6 +48,7 @@ export type {
   SpeculativeStats,
   StepEvent,
   TokenEvent,
+  Reasoning,
   Trim,
 } from './bindings';
 

@@ -81,12 +81,14 @@ export class ReplyStream {
   private lastPaint = -Infinity;
   private view: View;
   private readonly doc: Document;
+  private colours: boolean;
 
   constructor(
     private readonly body: HTMLElement,
     private readonly options: StreamOptions,
   ) {
     this.doc = options.doc ?? document;
+    this.colours = options.colours;
     this.view = this.makeView(options.colours);
   }
 
@@ -119,9 +121,22 @@ export class ReplyStream {
   /** Colours were switched mid-reply: what came so far is drawn again in the other view. */
   setColours(on: boolean): void {
     this.paint();
+    this.colours = on;
     this.body.replaceChildren();
     this.view = this.makeView(on);
     this.view.append(this.tokens);
+  }
+
+  /** What came so far was not the answer (a reasoning model's thinking): it is drawn no more.
+   *  Gives back every token taken. */
+  takeAll(): TokenEvent[] {
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timer = null;
+    const taken = [...this.tokens, ...this.pending.splice(0)];
+    this.tokens.length = 0;
+    this.body.replaceChildren();
+    this.view = this.makeView(this.colours);
+    return taken;
   }
 
   /** The reply ended: draw every token, with nothing waiting on more text. */

@@ -5,6 +5,7 @@
 import type { ChatMessage, Conversation, Trim } from '../api/types';
 import { renderMarkdown } from '../render/markdown';
 import { summarize, summarizeRemote } from '../render/speed';
+import { splitReply, ThinkingBlock } from '../render/thinking';
 import { renderTokens } from '../render/tokens';
 import { iconButton, textButton } from './dom';
 
@@ -164,8 +165,16 @@ export class ChatView {
   }
 
   private fillBody(body: HTMLElement, m: ChatMessage): void {
+    const reasoning = m.role === 'assistant' ? m.stats?.reasoning : null;
+    if (reasoning && m.tokens?.length) {
+      // A reasoning model's reply: its thinking folded above the answer.
+      const { thinking, answer } = splitReply(m.tokens, reasoning);
+      const text = answer.map((t) => t.text).join('');
+      const drawn = this.host.colours() ? renderTokens(answer) : renderMarkdown(text);
+      body.replaceChildren(ThinkingBlock.stored(thinking, reasoning).element, drawn);
+    }
     // An imported reply has its text but no tokens: it reads as markdown.
-    if (m.role === 'assistant' && m.tokens?.length && this.host.colours()) body.replaceChildren(renderTokens(m.tokens));
+    else if (m.role === 'assistant' && m.tokens?.length && this.host.colours()) body.replaceChildren(renderTokens(m.tokens));
     else if (m.role === 'assistant') body.replaceChildren(renderMarkdown(m.content));
     else body.textContent = m.content;
   }

@@ -65,6 +65,26 @@ describe('a streaming reply', () => {
     expect($('#summary').textContent).toBe('3 tokens, plain decoding');
   });
 
+  it('streams a reasoning model\'s thinking into a block that folds when the answer begins', () => {
+    const { live } = reply();
+    live.onEvent({ kind: 'tokens', tokens: [token('<think>'), token('\nTwo')] });
+    vi.advanceTimersByTime(1);
+    live.onEvent({ kind: 'reasoning', reasoning: { tokens: 1, ended: false, ms: 0 } });
+    live.onEvent({ kind: 'tokens', tokens: [token(' and two.'), token('</think>')] });
+    const block = $('#messages .streaming details.thinking') as HTMLDetailsElement;
+    expect(block.open).toBe(true);
+    expect(block.querySelector('summary')?.textContent).toBe('Thinking…');
+    expect(block.querySelector('.thinking-text')?.textContent).toBe('Two and two.');
+    expect(document.querySelectorAll('#messages .streaming .body .tok').length).toBe(0);
+
+    live.onEvent({ kind: 'reasoning', reasoning: { tokens: 4, ended: true, ms: 2500 } });
+    live.onEvent({ kind: 'tokens', tokens: [token('Four.')] });
+    live.onEvent({ kind: 'done', finish_reason: 'end_of_turn', text: '', stats: { ...stats, reasoning: { tokens: 4, ended: true, ms: 2500 } } });
+    expect(block.open).toBe(false);
+    expect(block.querySelector('summary')?.textContent).toBe('Thought for 2.5 s');
+    expect($('#messages .streaming .body').textContent).toBe('Four.');
+  });
+
   it('a failure and a reply the history could not keep are said; a plain reply has no speedup', () => {
     const { live, notices } = reply(false);
     live.onEvent({ kind: 'step', step });

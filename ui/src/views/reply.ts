@@ -2,8 +2,9 @@
 // speed panel beside it. Painting is batched (render/stream.ts): the text, the speed figures
 // and the scroll move together a few times a second, however fast tokens come.
 
-import type { ChatMessage, GenerationStats, ReplyEvent, ReplyHandle } from '../api/types';
+import type { ChatMessage, GenerationStats, Reasoning, ReplyEvent, ReplyHandle } from '../api/types';
 import { ReplyStream } from '../render/stream';
+import { ThinkingBlock } from '../render/thinking';
 import type { ChatView } from './chat';
 import type { SpeedPanel } from './speed-panel';
 
@@ -22,7 +23,12 @@ export class LiveReply {
   /** Set once the backend has started the reply: what Stop cancels. */
   handle: ReplyHandle | null = null;
   private readonly summary: HTMLElement;
+  private readonly body: HTMLElement;
   private readonly stream: ReplyStream;
+  /** A reasoning model's thinking, once the engine says the reply thinks; tokens go there
+   *  while `thinking` is true. */
+  private block: ThinkingBlock | null = null;
+  private thinking = false;
 
   constructor(
     private readonly chat: Pick<ChatView, 'startReply' | 'follow' | 'markTrim'>,
@@ -32,6 +38,7 @@ export class LiveReply {
     const message: ChatMessage = { id: -1, role: 'assistant', content: '', tokens: [] };
     const live = chat.startReply(message);
     this.summary = live.summary;
+    this.body = live.body;
     panel.begin(options.drafting, options.remote);
     this.stream = new ReplyStream(live.body, {
       colours: options.colours,
@@ -48,13 +55,17 @@ export class LiveReply {
       this.summary.textContent = `reading the prompt · ${Math.floor((100 * event.done) / Math.max(1, event.total))}%`;
     } else if (event.kind === 'trimmed') {
       this.chat.markTrim(event.trim);
+    } else if (event.kind === 'reasoning') {
+      this.think(event.reasoning);
     } else if (event.kind === 'tokens') {
       if (this.summary.textContent) this.summary.textContent = '';
-      for (const token of event.tokens) this.stream.push(token);
+      if (this.thinking) this.block?.push(event.tokens);
+      else for (const token of event.tokens) this.stream.push(token);
     } else if (event.kind === 'step') {
       this.panel.step(event.step);
       this.stream.schedule();
     } else if (event.kind === 'done') {
+      if (this.thinking && event.stats.reasoning) this.block?.end(event.stats.reasoning);
       this.stream.finish();
       this.panel.finish(event.stats, this.options.verdict(event.stats));
     } else if (event.kind === 'failed') {
@@ -63,6 +74,22 @@ export class LiveReply {
     } else if (event.kind === 'unsaved') {
       // The history could not keep it (a full disk): the reply goes on, drawn here only.
       this.options.onNotice(event.error);
+    }
+  }
+
+  /** The thinking opened (what came so far was thinking) or closed (what comes next is the
+   *  answer). */
+  private think(reasoning: Reasoning): void {
+    if (!this.block) {
+      this.block = new ThinkingBlock(this.body.ownerDocument);
+      this.block.streaming();
+      this.body.before(this.block.element);
+      this.block.push(this.stream.takeAll());
+      this.thinking = true;
+    }
+    if (reasoning.ended) {
+      this.block.end(reasoning);
+      this.thinking = false;
     }
   }
 

@@ -72,6 +72,7 @@ pub fn generate_plain(
         tokens_per_second: generated as f64 / decode.as_secs_f64().max(1e-9),
         speculative: None,
         trimmed: None,
+        reasoning: None,
     };
     reply.finish(stats)
 }

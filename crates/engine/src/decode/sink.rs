@@ -27,6 +27,10 @@ pub trait TokenSink {
         Flow::Continue
     }
     fn on_token(&mut self, token: &TokenEvent) -> Flow;
+    /// A chat reply's thinking opened or closed (see [`crate::thinking`]).
+    fn on_reasoning(&mut self, _reasoning: &specula_protocol::Reasoning) -> Flow {
+        Flow::Continue
+    }
     fn on_step(&mut self, _step: &StepEvent) -> Flow {
         Flow::Continue
     }

@@ -83,6 +83,10 @@ impl TokenSink for ChannelSink<'_> {
         self.deliver(ReplyEvent::Trimmed { trim: *trim })
     }
 
+    fn on_reasoning(&mut self, reasoning: &specula_protocol::Reasoning) -> Flow {
+        self.deliver(ReplyEvent::Reasoning { reasoning: *reasoning })
+    }
+
     fn on_token(&mut self, token: &TokenEvent) -> Flow {
         self.deliver(ReplyEvent::Tokens { tokens: vec![token.clone()] })
     }

@@ -254,6 +254,7 @@ impl Speculation<'_> {
             tokens_per_second: generated as f64 / decode.as_secs_f64().max(1e-9),
             speculative: Some(self.totals.summary(self.drafter.name(), self.costs, &self.plain, generated, ms(decode))),
             trimmed: None,
+            reasoning: None,
         };
         reply.finish(stats)
     }

@@ -1,0 +1,31 @@
+import { describe, expect, it } from 'vitest';
+import type { TokenEvent } from '../api/types';
+import { shownThinking, splitReply, ThinkingBlock, thinkingSummary } from './thinking';
+
+const token = (text: string): TokenEvent => ({ id: 0, text, source: 'target' });
+
+describe('thinking', () => {
+  it('shows the thinking without its markers, even while one arrives', () => {
+    expect(shownThinking('<think>\nTwo and two.\n</think>\n\n')).toBe('Two and two.');
+    expect(shownThinking('<thi')).toBe('');
+    expect(shownThinking('<think>So it goes </thi')).toBe('So it goes');
+    expect(shownThinking('opened by the prompt')).toBe('opened by the prompt');
+  });
+
+  it('splits a stored reply by its thinking tokens', () => {
+    const tokens = ['<think>', 'Hm', '</think>', '\n\n', 'Yes'].map(token);
+    const { thinking, answer } = splitReply(tokens, { tokens: 3, ended: true, ms: 1200 });
+    expect(thinking.map((t) => t.text).join('')).toBe('<think>Hm</think>');
+    expect(answer.map((t) => t.text)).toEqual(['Yes']);
+    expect(splitReply(tokens, { tokens: 0, ended: false, ms: 5 }).answer).toEqual([]);
+  });
+
+  it('folds a stored block under how long the model thought', () => {
+    const block = ThinkingBlock.stored([token('<think>'), token('Hm.'), token('</think>')], { tokens: 3, ended: true, ms: 3400 });
+    expect(block.element.open).toBe(false);
+    expect(block.element.querySelector('summary')?.textContent).toBe('Thought for 3.4 s');
+    expect(block.element.querySelector('.thinking-text')?.textContent).toBe('Hm.');
+    expect(thinkingSummary({ tokens: 9, ended: false, ms: 2000 }, false)).toBe('Thought for 2.0 s, cut off before an answer');
+    expect(thinkingSummary(null, true)).toBe('Thinking…');
+  });
+});
