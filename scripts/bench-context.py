@@ -15,6 +15,13 @@ server with `--cache-ram 0`: only the last prompt's cache, as before the prompt 
 
     scripts/bench-context.py [--cli target/release/specula] [--llama-server PATH] [--rounds 3]
                              [--out bench/context.json]
+
+`--many N` measures instead the prompt cache's memory cap and a restart, into
+bench/context-many.json: N chats (300-word notes) asked in turn on one `specula serve
+--cache-ram MiB`, then the last tenth of them again, with the server's resident size after
+each reply (against its size once loaded and the cap); and the first turn after a restart.
+
+    scripts/bench-context.py --many 50 --cache-ram 256 --out bench/context-many.json
 """
 
 import argparse
@@ -131,6 +138,41 @@ def after_restart(cli: str, port: int, cache_dir: str) -> dict:
     return {"cold_ttft_s": times[0], "restart_ttft_s": times[1], "restart_over_cold": round(times[1] / times[0], 3)}
 
 
+def resident_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+def many_chats(cli: str, port: int, chats: int, cache_mib: int) -> dict:
+    """`chats` chats asked in turn, then the last tenth again: resident sizes and times to
+    first token (the second visits resume from the cache, which the first ones overflowed)."""
+    server = start("specula", cli, "", port, ["--cache-ram", str(cache_mib)])
+    try:
+        loaded = resident_mib(server.pid)
+        chat = lambda i: [{"role": "system", "content": note(f"subject {i}", words=300)},
+                          {"role": "user", "content": f"Which note mentions step {i + 3}?"}]
+        order = list(range(chats)) + list(range(chats - max(1, chats // 10), chats))
+        visits = []
+        for n, i in enumerate(order):
+            reply = ask(port, chat(i))
+            visits.append({"chat": i, "again": n >= chats, "ttft_s": reply["ttft_s"],
+                           "prompt_tokens": reply["prompt_tokens"], "rss_mib": resident_mib(server.pid)})
+            print(f"  chat {i}{' again' if n >= chats else ''}: first token {reply['ttft_s']} s, "
+                  f"resident {visits[-1]['rss_mib']} MiB", file=sys.stderr)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    first, again = [v for v in visits if not v["again"]], [v for v in visits if v["again"]]
+    median = lambda xs: sorted(xs)[len(xs) // 2]
+    peak = max(v["rss_mib"] for v in visits)
+    return {"chats": chats, "cache_ram_mib": cache_mib, "rss_loaded_mib": loaded, "rss_peak_mib": peak,
+            "rss_growth_over_cap": round((peak - loaded) / cache_mib, 3),
+            "first_visit_ttft_s": median([v["ttft_s"] for v in first]),
+            "second_visit_ttft_s": median([v["ttft_s"] for v in again]), "visits": visits}
+
+
 def summary(turns: list) -> dict:
     cold = [t["ttft_s"] for t in turns[:2]]
     warm = [t["ttft_s"] for t in turns[2:]]
@@ -146,7 +188,29 @@ def main() -> int:
     parser.add_argument("--no-llama", action="store_true", help="measure specula serve alone")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default=str(ROOT / "bench/context.json"))
+    parser.add_argument("--many", type=int, help="measure the cache's cap over this many chats, and a restart")
+    parser.add_argument("--cache-ram", type=int, default=256, help="with --many: the server's cap in MiB")
+    parser.add_argument("--restart-only", action="store_true", help="with --many: measure the restart again, into --out")
     args = parser.parse_args()
+    if args.many and args.restart_only:
+        result = json.loads(Path(args.out).read_text())
+        with tempfile.TemporaryDirectory() as cache_dir:
+            result["restart"] = after_restart(args.cli, bench_app.free_port_pair(), cache_dir)
+        result["restart"]["date"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+        print(json.dumps(result["restart"]))
+        return 0
+    if args.many:
+        result = {"kind": "context-many", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                  "cpu": bench_app.cpu_record(), "context": CONTEXT, "max_tokens": 16}
+        print(f"{args.many} chats:", file=sys.stderr)
+        result["many"] = many_chats(args.cli, bench_app.free_port_pair(), args.many, args.cache_ram)
+        with tempfile.TemporaryDirectory() as cache_dir:
+            print("specula-restart:", file=sys.stderr)
+            result["restart"] = after_restart(args.cli, bench_app.free_port_pair(), cache_dir)
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+        print(json.dumps({k: v for k, v in result["many"].items() if k != "visits"} | {"restart": result["restart"]}))
+        return 0
     # specula-no-cache: the same server keeping no earlier prompt, as every release before had it.
     engines = ["specula", "specula-no-cache"] + ([] if args.no_llama else ["llama.cpp"])
     if "llama.cpp" in engines and not args.llama_server:

@@ -117,6 +117,25 @@ SECTIONS = {
         "from turn 3 on, a server that kept the other chat's cache resumes it. Time from the request to the first "
         "streamed text at a client on this machine; cold is the median of turns 1-2, warm of turns 3-6.",
     ),
+    "depth.json": (
+        "Long contexts: memory with the context filled and decoding at depth, beside llama.cpp in one run",
+        "scripts/bench-depth.py --depths 4096,8192,16384 --tg 32   # specula speed --pp 0 --tg 32 --depth D --kv f16|f32 "
+        "--repeat 1 against llama-bench -p 0 -n 32 -d D -t 2 -r 1, alternating",
+        "The 1.5B target, 2 threads. At each depth (tokens already in the cache) each program reads the depth's tokens "
+        "and then generates 32 tokens one pass each; the rate is of those 32. Peak resident size is the process's "
+        "ru_maxrss: the weights, the cache filled to the depth and the last pass's scratch. Both programs size their "
+        "cache to the depth and the tokens asked; llama.cpp keeps its defaults (f16 cache, the file mapped and its "
+        "weights repacked for its CPU kernels). Ratios are Specula's f16 default over llama.cpp.",
+    ),
+    "context-many.json": (
+        "Many chats under the prompt cache's cap, and the first turn after a restart",
+        "scripts/bench-context.py --many 50 --cache-ram 256 --out bench/context-many.json   # --restart-only: the restart alone, again",
+        "One `specula serve --cache-ram 256` (the Qwen2.5-Coder pair, context 8192, greedy, 16 tokens a reply): 50 "
+        "chats, each a 300-word system note and a question, asked in turn, then the last 5 again. Resident size "
+        "(VmRSS) after each reply against the size once loaded: the cache keeps its snapshots within the cap, "
+        "evicting the least recently used. Restart: chat A with a 1,400-word note asked once on a server with "
+        "`--cache-dir`, the server stopped and started again, A's next turn: its first token against the cold one's.",
+    ),
     "drafters-vs-llama.json": (
         "Drafters beside llama.cpp's draftless and draft modes, on every set, in one run",
         "scripts/bench-vs-llama.py --drafters --limit 3 --rounds 1   # per prompt, in turn: specula generate --drafter none, "
@@ -344,6 +363,32 @@ def context_table(data: dict) -> str:
     return table(header, rows)
 
 
+def many_table(data: dict) -> str:
+    m, r = data["many"], data["restart"]
+    rows = [[str(m["chats"]), f"{m['cache_ram_mib']}", f"{m['rss_loaded_mib']:,.0f}", f"{m['rss_peak_mib']:,.0f}",
+             f"{m['rss_peak_mib'] - m['rss_loaded_mib']:,.0f}", f"{m['first_visit_ttft_s']:.2f}",
+             f"{m['second_visit_ttft_s']:.2f}"]]
+    header = ["chats", "cap MiB", "resident once loaded MiB", "peak resident MiB", "growth MiB",
+              "first visit TTFT s (median)", "again TTFT s (median)"]
+    restart = table(["cold TTFT s", "after a restart TTFT s", "restart / cold"],
+                    [[f"{r['cold_ttft_s']:.2f}", f"{r['restart_ttft_s']:.2f}", f"{r['restart_over_cold']:.3f}"]])
+    return table(header, rows) + "\n\n" + restart
+
+
+def depth_table(data: dict) -> str:
+    rows = []
+    for r in data["rows"]:
+        e = r["engines"]
+        rows.append([f"{r['depth']:,}"]
+                    + [f"{e[k]['tokens_per_second']:.1f}" for k in ("specula f16", "specula f32", "llama.cpp f16")]
+                    + [f"{r['ratio_f16']['tokens_per_second']:.2f}"]
+                    + [f"{e[k]['peak_rss_mib']:,.0f}" for k in ("specula f16", "specula f32", "llama.cpp f16")]
+                    + [f"{r['ratio_f16']['peak_rss']:.2f}"])
+    header = ["depth", "Specula f16 tok/s", "Specula f32 tok/s", "llama.cpp f16 tok/s", "rate / llama.cpp",
+              "Specula f16 MiB", "Specula f32 MiB", "llama.cpp MiB", "memory / llama.cpp"]
+    return table(header, rows) + f"\n\nllama.cpp: {llama_build(data['llama_cpp'])}"
+
+
 def drafters_llama_table(data: dict) -> str:
     x = lambda v: f"{v:.2f}x"
     rows = [[kind, x(s["auto_vs_plain"]), x(s["min_auto_vs_plain"]), x(s["llama_plain_vs_plain"]), x(s["llama_ngram_mod_vs_plain"]),
@@ -393,6 +438,10 @@ def render_file(path: Path) -> str:
         body = app_tables(data)
     elif path.name == "context.json":
         body = context_table(data)
+    elif data.get("kind") == "context-many":
+        body = many_table(data)
+    elif data.get("kind") == "depth":
+        body = depth_table(data)
     elif data.get("kind") == "ceiling":
         body = ceiling_table(data)
     elif data.get("kind") == "imports":

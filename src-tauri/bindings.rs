@@ -29,6 +29,7 @@ pub fn builder() -> Builder<tauri::Wry> {
             commands::create_conversation,
             commands::rename_conversation,
             commands::set_system_prompt,
+            commands::set_thinking,
             commands::delete_conversation,
             commands::add_message,
             history::branch_before,

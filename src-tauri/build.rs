@@ -15,6 +15,7 @@ fn main() {
         "create_conversation",
         "rename_conversation",
         "set_system_prompt",
+        "set_thinking",
         "delete_conversation",
         "add_message",
         "branch_before",

@@ -177,6 +177,14 @@ pub fn set_system_prompt(state: State<'_, AppState>, id: i64, text: String) -> C
     with_store(&state, |s| s.set_system_prompt(id, &text))
 }
 
+/// Whether the conversation's replies think first (Qwen3's `enable_thinking`); none: the
+/// model's template decides.
+#[tauri::command]
+#[specta::specta]
+pub fn set_thinking(state: State<'_, AppState>, id: i64, thinking: Option<bool>) -> CommandResult<()> {
+    with_store(&state, |s| s.set_thinking(id, thinking))
+}
+
 #[tauri::command]
 #[specta::specta]
 pub fn delete_conversation(state: State<'_, AppState>, id: i64) -> CommandResult<()> {
@@ -212,7 +220,10 @@ pub fn reply(
     let settings = settings.for_one_reply();
     let conversation = with_store(&state, |s| s.conversation(conversation_id))?;
     // The settings become the reply's request once, checked before anything is stored.
-    let request = settings.reply_request(chat_messages(&conversation))?;
+    let mut request = settings.reply_request(chat_messages(&conversation))?;
+    if let Some(thinking) = conversation.thinking {
+        request.request.template_kwargs.insert("enable_thinking".into(), thinking.into());
+    }
     let remote = match &settings.remote {
         Some(target) => Some((crate::connections::remote(&state, &target.base_url)?, target.model.clone())),
         None => None,
@@ -241,7 +252,10 @@ pub(crate) fn chat_messages(conversation: &Conversation) -> Vec<Message> {
         // A reply that thought: its thinking goes apart, for the template to show or leave out.
         Some(reasoning) => {
             let (thought, answer) = match m.tokens.as_deref() {
-                Some(tokens) if !tokens.is_empty() => split_tokens(tokens, &reasoning),
+                Some(tokens) if !tokens.is_empty() => {
+                    let texts: Vec<&str> = tokens.iter().map(|t| t.text.as_str()).collect();
+                    split_tokens(&texts, &reasoning)
+                }
                 _ => {
                     let (thought, answer) = split_reasoning(&m.content, true);
                     (thought.unwrap_or_default(), answer)
@@ -271,4 +285,55 @@ pub fn open_link(app: tauri::AppHandle, url: String) -> CommandResult<()> {
         return Err(ErrorInfo::invalid_setting(format!("only web and mail links open: {url}")));
     }
     app.opener().open_url(url, None::<&str>).map_err(|e| ErrorInfo::internal(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use specula_engine::protocol::{GenerationStats, Reasoning, Source, TokenEvent};
+
+    fn reply(texts: &[&str], reasoning: Option<Reasoning>) -> StoredMessage {
+        let token = |text: &&str| TokenEvent {
+            id: 0,
+            text: text.to_string(),
+            source: Source::Target,
+            p: None,
+            q: None,
+            alternatives: Vec::new(),
+        };
+        StoredMessage {
+            id: 2,
+            role: Role::Assistant,
+            content: texts.concat(),
+            tokens: Some(texts.iter().map(token).collect()),
+            stats: Some(GenerationStats { reasoning, ..Default::default() }),
+            finish_reason: Some("stop".into()),
+            settings_label: None,
+            settings: None,
+            parent_id: Some(1),
+            siblings: vec![2],
+        }
+    }
+
+    #[test]
+    fn a_reply_that_thought_goes_back_to_the_model_with_its_thinking_apart() {
+        let question = StoredMessage { role: Role::User, content: "Sure?".into(), tokens: None, ..reply(&[], None) };
+        let thought =
+            reply(&["<think>", "Hm.", "</think>", "\n\n", "Yes"], Some(Reasoning { tokens: 3, ended: true, ms: 9.0 }));
+        let plain = reply(&["<think> is a tag"], None);
+        let conversation = Conversation {
+            id: 1,
+            title: "t".into(),
+            system_prompt: String::new(),
+            updated_at: 0,
+            messages: vec![question, thought, plain],
+            thinking: Some(false),
+        };
+        let messages = chat_messages(&conversation);
+        assert_eq!((messages[1].content.as_str(), messages[1].reasoning_content.as_deref()), ("Yes", Some("Hm.")));
+        assert_eq!(
+            (messages[2].content.as_str(), messages[2].reasoning_content.as_deref()),
+            ("<think> is a tag", None)
+        );
+    }
 }

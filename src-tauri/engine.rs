@@ -178,7 +178,7 @@ impl Engine {
         let Prompt::Chat(messages) = &request.request.prompt else {
             return Err(ErrorInfo::internal("a remote takes chat messages"));
         };
-        let ticket = remote.chat(model, messages, &request.request.options);
+        let ticket = remote.chat_with(model, messages, &request.request.options, &request.request.template_kwargs);
         let id = ticket.id();
         self.start(id, Stopper::Remote(ticket.canceller()), Reply::Remote(ticket), out, store)
     }

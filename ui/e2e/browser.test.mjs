@@ -199,3 +199,26 @@ test('after a reload the conversation is there with its colours', async () => {
   await page.waitForFunction(() => document.querySelectorAll('#conversation-list li').length === 0);
   await page.fill('#search', '');
 });
+
+test('a reply that thinks first folds its thinking under "Thought for N s", streamed live', async () => {
+  // The coder model follows this note as a reasoning model writes: <think>…</think>, then the answer.
+  await page.click('#new-chat');
+  await page.click('#system-button');
+  await page.fill('#system-form [name="system"]',
+    'You think before you answer. Begin every reply with <think>, write your reasoning, close it with </think>, then give the answer.');
+  await page.click('#system-form [type="submit"]');
+  await setSettings({ max_tokens: 200, overflow: 'stop' });
+  await ask('What is 17 times 3?');
+  // While it thinks, the block is open and grows.
+  await page.waitForSelector('#messages .message.assistant.streaming details.thinking[open] .thinking-text:not(:empty)');
+  await replyEnds();
+  const block = lastReply().locator('details.thinking');
+  assert.match(await block.locator('summary').textContent(), /^Thought for \d+\.\d s$/);
+  assert.equal(await block.evaluate((d) => d.open), false, 'folded once the thinking is over');
+  const thinking = await block.locator('.thinking-text').textContent();
+  assert.match(thinking, /17/);
+  assert.doesNotMatch(await lastReply().locator('.body').textContent(), /<\/?think>/, 'no markers shown');
+  await block.locator('summary').click();
+  await page.screenshot({ path: join(ARTIFACTS, 'browser-thinking.png') });
+  await setSettings({ max_tokens: 8 });
+});

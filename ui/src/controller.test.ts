@@ -87,6 +87,9 @@ class FakeBackend implements Backend {
   async setSystemPrompt(id: number, text: string) {
     this.store.update(id, (c) => (c.system_prompt = text));
   }
+  async setThinking(id: number, thinking: boolean | null) {
+    this.store.update(id, (c) => (c.thinking = thinking));
+  }
   async deleteConversation(id: number) {
     this.store.remove(id);
   }

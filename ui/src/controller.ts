@@ -68,7 +68,7 @@ export class Controller {
     this.appearance = early.appearance;
     this.appearance.listen((on) => {
       if (this.streaming) this.streaming.setColours(on);
-      else this.chat.show(this.conversation);
+      else this.draw();
     });
     this.toast = new Toast(page.toast, onError);
     if (backend.exportChats && backend.importChats) {
@@ -128,6 +128,7 @@ export class Controller {
       editLast: () => this.editLast(),
       sibling: (step) => this.sibling(step),
     });
+    page.thinking.addEventListener('change', () => void this.setThinking(page.thinking.value).catch(onError));
     new SystemPromptDialog(page.systemPrompt, {
       current: () => this.conversation?.system_prompt ?? '',
       save: (text) => this.setSystemPrompt(text),
@@ -180,7 +181,7 @@ export class Controller {
 
   private async refreshAll(): Promise<void> {
     if (this.conversation) this.conversation = await this.backend.conversation(this.conversation.id);
-    this.chat.show(this.conversation);
+    this.draw();
     await this.sidebar.refresh(this.conversation?.id ?? null);
   }
 
@@ -262,7 +263,7 @@ export class Controller {
   private async showBranch(messageId: number): Promise<void> {
     if (!this.conversation || this.busy) return;
     this.conversation = await this.backend.showBranch(this.conversation.id, messageId);
-    this.chat.show(this.conversation);
+    this.draw();
   }
 
   /** Ctrl+Left/Right: the previous or next branch at the last message that has siblings. */
@@ -288,6 +289,23 @@ export class Controller {
     if (!question || this.busy) return false;
     this.composer.edit(question);
     return true;
+  }
+
+  /** Draw the open conversation, and its own settings in the header. */
+  private draw(): void {
+    this.chat.show(this.conversation);
+    const thinking = this.conversation?.thinking;
+    this.page.thinking.value = thinking == null ? '' : thinking ? 'on' : 'off';
+  }
+
+  /** The header's choice: on, off, or '' for the model's default. */
+  private async setThinking(choice: string): Promise<void> {
+    const created = !this.conversation;
+    if (!this.conversation) this.conversation = await this.backend.createConversation();
+    const thinking = choice === '' ? null : choice === 'on';
+    await this.backend.setThinking(this.conversation.id, thinking);
+    this.conversation.thinking = thinking;
+    if (created) await this.refreshAll();
   }
 
   private async setSystemPrompt(text: string): Promise<void> {
@@ -386,7 +404,7 @@ export class Controller {
     const i = messages?.findIndex((m) => m.id === drawn.id) ?? -1;
     if (!messages || i < 0 || messages[i].content.length >= drawn.content.length) return;
     messages[i] = { ...drawn, finish_reason: 'unsaved' };
-    this.chat.show(this.conversation);
+    this.draw();
   }
 
   // ----- models and settings -----

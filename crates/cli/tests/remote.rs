@@ -31,11 +31,16 @@ impl Drop for Served {
 }
 
 fn serve(key_file: &std::path::Path) -> Served {
+    serve_with(key_file, &[])
+}
+
+fn serve_with(key_file: &std::path::Path, extra: &[&str]) -> Served {
     let mut child = Command::new(env!("CARGO_BIN_EXE_specula"))
         .args(["serve", "--device", "cpu", "--port", "0", "--model"])
         .arg(model())
         .arg("--api-key-file")
         .arg(key_file)
+        .args(extra)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -96,4 +101,39 @@ fn assert_one_error(out: &Output, needle: &str) {
     let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error: ")).collect();
     assert_eq!(errors.len(), 1, "{stderr}");
     assert!(errors[0].contains(needle), "{stderr}");
+}
+
+/// Files under `dir` named `*.kv`, at any depth.
+fn kv_files(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |entries| {
+        entries
+            .flatten()
+            .map(|e| match e.path() {
+                p if p.is_dir() => kv_files(&p),
+                p => usize::from(p.extension().is_some_and(|x| x == "kv")),
+            })
+            .sum()
+    })
+}
+
+#[cfg(unix)]
+#[test]
+fn a_server_stopped_by_sigterm_writes_its_last_chat_to_the_disk_cache_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let (key, cache) = (dir.path().join("key"), dir.path().join("cache"));
+    std::fs::write(&key, "sk-remote\n").unwrap();
+    let cache_arg = cache.to_str().unwrap();
+    let mut served = serve_with(&key, &["--cache-dir", cache_arg]);
+    // Long enough to be worth keeping (the cache skips prompts under 256 tokens).
+    let prompt = "Count the words: ".to_string() + &"word ".repeat(400);
+    let key_arg = key.to_str().unwrap();
+    let ask = ["generate", "--remote", &served.url, "--api-key-file", key_arg, "--model", "SmolLM2-135M-Instruct.Q4_1"];
+    let out = specula(&[&ask[..], &["--prompt", &prompt, "--max-tokens", "2"]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // What systemd, `kill` and container runtimes send: the server settles, then exits.
+    let term = Command::new("kill").args(["-TERM", &served.child.id().to_string()]).status().unwrap();
+    assert!(term.success());
+    let status = served.child.wait().unwrap();
+    assert!(status.success(), "a clean exit: {status}");
+    assert!(kv_files(&cache) >= 1, "the last chat is on disk under {}", cache.display());
 }

@@ -72,10 +72,13 @@ impl TokenSink for Thinking<'_> {
                 }
             }
         }
+        // A token the reader did not take is not the reply's: it is neither read nor counted.
+        if self.inner.on_token(token) == Flow::Stop {
+            return Flow::Stop;
+        }
         let was_thinking = self.split.is_thinking();
         self.split.push(&token.text);
         self.tokens += 1;
-        let flow = self.inner.on_token(token);
         let change = match (was_thinking, self.split.is_thinking(), self.reasoning) {
             // The reply opened its thinking with this token (it may close it too).
             (false, _, None) if self.split.has_thinking() => {
@@ -85,17 +88,12 @@ impl TokenSink for Thinking<'_> {
             (true, false, _) => Some(Reasoning { tokens: self.tokens, ended: true, ms: self.elapsed_ms() }),
             _ => None,
         };
-        match change {
-            Some(reasoning) if flow == Flow::Continue => {
-                self.reasoning = Some(reasoning);
-                self.inner.on_reasoning(&reasoning)
-            }
-            Some(reasoning) => {
-                self.reasoning = Some(reasoning);
-                flow
-            }
-            None => flow,
+        if let Some(reasoning) = change {
+            self.reasoning = Some(reasoning);
+            // The token is taken; a reader gone meanwhile is seen at the next token.
+            let _ = self.inner.on_reasoning(&reasoning);
         }
+        Flow::Continue
     }
 }
 

@@ -233,7 +233,9 @@ pub enum ReplyEvent {
     /// Live figures after a decoding step.
     Step { step: StepEvent },
     /// The reply, however it ended: `text` is the reply as released (a stop string cut off).
-    Done { finish_reason: FinishReason, text: String, stats: GenerationStats },
+    // Boxed: the stats are most of a reply's end, and every event in a channel is as large
+    // as the largest kind.
+    Done { finish_reason: FinishReason, text: String, stats: Box<GenerationStats> },
     /// The reply failed; the tokens before it are the partial reply.
     Failed { error: crate::ErrorInfo },
     /// The history could not keep the reply (a full disk): it goes on, is written when space
@@ -314,7 +316,7 @@ impl Collected {
             ReplyEvent::Tokens { tokens } => self.tokens.extend(tokens),
             ReplyEvent::Done { finish_reason, text, stats } => {
                 let tokens = std::mem::take(&mut self.tokens);
-                return Some(Ok(Generation { text, tokens, finish_reason, stats }));
+                return Some(Ok(Generation { text, tokens, finish_reason, stats: *stats }));
             }
             ReplyEvent::Failed { error } => return Some(Err(error)),
             ReplyEvent::Started { .. }
@@ -331,7 +333,7 @@ impl Collected {
 impl Generation {
     /// The reply's last event.
     pub fn into_done(self) -> ReplyEvent {
-        ReplyEvent::Done { finish_reason: self.finish_reason, text: self.text, stats: self.stats }
+        ReplyEvent::Done { finish_reason: self.finish_reason, text: self.text, stats: Box::new(self.stats) }
     }
 }
 
@@ -382,7 +384,8 @@ mod tests {
         let mut collected = Collected::default();
         assert!(collected.add(ReplyEvent::Tokens { tokens: vec![token(1), token(2)] }).is_none());
         let stats = GenerationStats { generated_tokens: 2, ..Default::default() };
-        let done = ReplyEvent::Done { finish_reason: FinishReason::StopString, text: "t1".into(), stats };
+        let done =
+            ReplyEvent::Done { finish_reason: FinishReason::StopString, text: "t1".into(), stats: Box::new(stats) };
         let reply = collected.add(done).unwrap().unwrap();
         assert_eq!(reply.tokens, [token(1), token(2)]);
         assert_eq!(reply.text, "t1", "the text as released, not the tokens' text");

@@ -21,6 +21,10 @@ pub struct Conversation {
     pub system_prompt: String,
     pub updated_at: i64,
     pub messages: Vec<StoredMessage>,
+    /// Whether replies think first, for models whose template lets it be chosen (Qwen3's
+    /// `enable_thinking`); none: the template's default.
+    #[serde(default)]
+    pub thinking: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]

@@ -137,6 +137,10 @@ impl ReasoningSplit {
                 self.held = rest.to_string();
                 return self.think(out);
             }
+            if text.is_empty() {
+                self.held.clear(); // leading whitespace of the thinking is never shown
+                return;
+            }
             if THINK_OPEN.starts_with(text) {
                 return;
             }
@@ -160,7 +164,9 @@ impl ReasoningSplit {
 
     fn close(&mut self) {
         let text = self.held.trim_start();
-        if !text.is_empty() {
+        if text.is_empty() {
+            self.held.clear(); // the whitespace before the answer is never shown
+        } else {
             self.held = text.to_string();
             self.state = State::Answer;
         }
@@ -181,9 +187,10 @@ pub fn split_reasoning(text: &str, opened: bool) -> (Option<String>, String) {
 /// A reply's thinking and answer by its tokens, the first `reasoning.tokens` of which (all,
 /// while it had not ended) were thinking: what a remote that sent its thinking apart (no
 /// markers in the text) and a local reply both say.
-pub fn split_tokens(tokens: &[crate::TokenEvent], reasoning: &Reasoning) -> (String, String) {
+/// `tokens` are the tokens' texts.
+pub fn split_tokens(tokens: &[&str], reasoning: &Reasoning) -> (String, String) {
     let thinking = if reasoning.ended { (reasoning.tokens as usize).min(tokens.len()) } else { tokens.len() };
-    let text = |tokens: &[crate::TokenEvent]| tokens.iter().map(|t| t.text.as_str()).collect::<String>();
+    let text = |tokens: &[&str]| tokens.concat();
     // A token that closed the thinking may carry the answer's first text.
     let (thought, spilled) = split_reasoning(&text(&tokens[..thinking]), true);
     let answer = spilled + &text(&tokens[thinking..]);
@@ -264,21 +271,10 @@ mod tests {
 
     #[test]
     fn a_reply_splits_by_its_thinking_tokens_with_or_without_markers() {
-        let tokens = |texts: &[&str]| -> Vec<crate::TokenEvent> {
-            let token = |t: &&str| crate::TokenEvent {
-                id: 0,
-                text: t.to_string(),
-                source: crate::Source::Target,
-                p: None,
-                q: None,
-                alternatives: Vec::new(),
-            };
-            texts.iter().map(token).collect()
-        };
-        let local = tokens(&["<think>", "Hm", "</think>\n\nSo", " yes"]);
+        let local = ["<think>", "Hm", "</think>\n\nSo", " yes"];
         let reasoning = Reasoning { tokens: 3, ended: true, ms: 1.0 };
         assert_eq!(split_tokens(&local, &reasoning), ("Hm".into(), "So yes".into()));
-        let remote = tokens(&["Hm", " ok", "Yes"]);
+        let remote = ["Hm", " ok", "Yes"];
         assert_eq!(split_tokens(&remote, &Reasoning { tokens: 2, ..reasoning }), ("Hm ok".into(), "Yes".into()));
         let cut_off = Reasoning { tokens: 0, ended: false, ms: 0.0 };
         assert_eq!(split_tokens(&remote, &cut_off), ("Hm okYes".into(), String::new()));

@@ -76,7 +76,7 @@ impl Extension {
         let done = self.stats.map(|stats| ReplyEvent::Done {
             finish_reason: FinishReason::EndOfTurn,
             text: String::new(),
-            stats,
+            stats: Box::new(stats),
         });
         tokens.into_iter().chain(step).chain(done).collect()
     }

@@ -198,9 +198,25 @@ impl Remote {
     /// ticket, which can be stopped at once. A thread reads the stream; another holds the
     /// reply to its deadlines ([`Limits::first_token`], [`Limits::total`]).
     pub fn chat(&self, model: &str, messages: &[Message], options: &GenerateOptions) -> RemoteTicket {
+        self.chat_with(model, messages, options, &serde_json::Map::new())
+    }
+
+    /// [`Self::chat`] with more variables for the remote's chat template (`chat_template_kwargs`,
+    /// which llama-server and vLLM read: Qwen3's `enable_thinking`).
+    pub fn chat_with(
+        &self,
+        model: &str,
+        messages: &[Message],
+        options: &GenerateOptions,
+        template_kwargs: &serde_json::Map<String, serde_json::Value>,
+    ) -> RemoteTicket {
         let agent = self.agent();
         let (ticket, outlet) = RemoteTicket::new(agent.clone());
-        let body = request_body(model, messages, options).to_string();
+        let mut body = request_body(model, messages, options);
+        if !template_kwargs.is_empty() {
+            body["chat_template_kwargs"] = template_kwargs.clone().into();
+        }
+        let body = body.to_string();
         let remote = self.clone();
         let (max_tokens, seed) = (options.max_tokens, options.sampling.seed);
         // Dropped when the reading thread ends, which ends the watch.
@@ -298,6 +314,8 @@ impl Remote {
 /// temperature 0 and `top_k` only when it filters (OpenAI's own API refuses it).
 fn request_body(model: &str, messages: &[Message], options: &GenerateOptions) -> serde_json::Value {
     let sampling = &options.sampling;
+    // An earlier reply's thinking stays here: some servers refuse `reasoning_content` in a
+    // request (DeepSeek's API), and templates show it again rarely.
     let messages: Vec<serde_json::Value> =
         messages.iter().map(|m| serde_json::json!({ "role": role_name(m), "content": m.content })).collect();
     let temperature = if sampling.mode == Mode::Greedy { 0.0 } else { sampling.temperature };

@@ -21,8 +21,6 @@ struct Ending {
     usage: Option<Usage>,
     timings: Option<Timings>,
     remote_stats: Option<specula_protocol::GenerationStats>,
-    /// The thinking of a remote that sends it apart (`reasoning_content`), and its start.
-    reasoning: Option<(Reasoning, Instant)>,
     kind: Option<RemoteKind>,
     done: bool,
 }
@@ -115,11 +113,11 @@ fn take_chunk(outlet: &Outlet, chunk: Chunk, ending: &mut Ending, budget: &Budge
         None => {
             let delta = choice.delta;
             if let Some(thinking) = delta.reasoning_content.filter(|t| !t.is_empty()) {
-                think(outlet, ending, false);
+                think(outlet, false);
                 take_text(outlet, thinking, budget)?;
             }
             if let Some(content) = delta.content.filter(|t| !t.is_empty()) {
-                think(outlet, ending, true);
+                think(outlet, true);
                 take_text(outlet, content, budget)?;
             }
         }
@@ -132,18 +130,24 @@ fn take_chunk(outlet: &Outlet, chunk: Chunk, ending: &mut Ending, budget: &Budge
 
 /// Thinking sent apart from the answer: said open before its first text, and closed before
 /// the answer's (the reply's first tokens are its thinking, as the engine says of its own).
-fn think(outlet: &Outlet, ending: &mut Ending, answer: bool) {
-    let tokens = outlet.tally().tokens as u32;
-    let change = match &mut ending.reasoning {
-        None if !answer => {
-            ending.reasoning = Some((Reasoning { tokens, ended: false, ms: 0.0 }, Instant::now()));
-            ending.reasoning.map(|(r, _)| r)
+/// Thinking opens only before any answer: what comes as `reasoning_content` after an answer
+/// began is read as more of the answer.
+fn think(outlet: &Outlet, answer: bool) {
+    let change = {
+        let mut tally = outlet.tally();
+        let tokens = tally.tokens as u32;
+        let opened = Reasoning { tokens, ended: false, ms: 0.0 };
+        match tally.reasoning.as_mut() {
+            None if !answer && tokens == 0 => {
+                tally.reasoning = Some((opened, Instant::now()));
+                Some(opened)
+            }
+            Some((reasoning, started)) if answer && !reasoning.ended => {
+                *reasoning = Reasoning { tokens, ended: true, ms: started.elapsed().as_secs_f32() * 1e3 };
+                Some(*reasoning)
+            }
+            _ => None,
         }
-        Some((reasoning, started)) if answer && !reasoning.ended => {
-            *reasoning = Reasoning { tokens, ended: true, ms: started.elapsed().as_secs_f32() * 1e3 };
-            Some(*reasoning)
-        }
-        _ => None,
     };
     if let Some(reasoning) = change {
         outlet.send(ReplyEvent::Reasoning { reasoning });
@@ -179,10 +183,14 @@ fn take_event(outlet: &Outlet, event: ReplyEvent, ending: &mut Ending, budget: &
             step.tokens_per_second = outlet.tally().tokens_per_second();
             outlet.send(ReplyEvent::Step { step });
         }
-        event @ (ReplyEvent::Prefill { .. } | ReplyEvent::Trimmed { .. } | ReplyEvent::Reasoning { .. }) => {
+        ReplyEvent::Reasoning { reasoning } => {
+            outlet.tally().reasoning = Some((reasoning, Instant::now()));
+            outlet.send(ReplyEvent::Reasoning { reasoning });
+        }
+        event @ (ReplyEvent::Prefill { .. } | ReplyEvent::Trimmed { .. }) => {
             outlet.send(event);
         }
-        ReplyEvent::Done { stats, .. } => ending.remote_stats = Some(stats),
+        ReplyEvent::Done { stats, .. } => ending.remote_stats = Some(*stats),
         // Its failure comes as the chunk's error; its start and its history are its own.
         ReplyEvent::Started { .. } | ReplyEvent::Failed { .. } | ReplyEvent::Unsaved { .. } => {}
     }
@@ -231,14 +239,7 @@ fn done(outlet: &Outlet, ending: Ending) -> ReplyEvent {
         stats.prompt_tokens = remote.prompt_tokens;
         stats.cached_prompt_tokens = remote.cached_prompt_tokens;
         stats.speculative = remote.speculative;
-        stats.reasoning = remote.reasoning;
-    }
-    if let Some((mut reasoning, started)) = ending.reasoning {
-        if !reasoning.ended {
-            reasoning.tokens = tally.tokens as u32;
-            reasoning.ms = started.elapsed().as_secs_f32() * 1e3;
-        }
-        stats.reasoning = Some(reasoning);
+        stats.reasoning = remote.reasoning.or(stats.reasoning);
     }
     if let Some(timings) = ending.timings {
         stats.prompt_tokens = timings.prompt_n + timings.cache_n;
@@ -253,7 +254,7 @@ fn done(outlet: &Outlet, ending: Ending) -> ReplyEvent {
         stats.generated_tokens = usage.completion_tokens.max(tally.tokens);
     }
     let finish_reason = ending.finish.unwrap_or(FinishReason::EndOfTurn);
-    ReplyEvent::Done { finish_reason, text: tally.text.clone(), stats }
+    ReplyEvent::Done { finish_reason, text: tally.text.clone(), stats: Box::new(stats) }
 }
 
 /// llama-server's draft counts (`-md`, or its n-gram drafters) as the panel's acceptance.

@@ -3,7 +3,9 @@
 //! remote is doing.
 
 use crate::Limits;
-use specula_protocol::{Collected, ErrorCode, ErrorInfo, FinishReason, Generation, GenerationStats, ReplyEvent};
+use specula_protocol::{
+    Collected, ErrorCode, ErrorInfo, FinishReason, Generation, GenerationStats, Reasoning, ReplyEvent,
+};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -20,11 +22,15 @@ pub(crate) struct Tally {
     pub last_token: Option<Instant>,
     pub tokens: usize,
     pub text: String,
+    /// The reply's thinking as the remote said it (its `reasoning_content`, or a Specula
+    /// remote's events), and when it opened: however the reply ends, its stats say it.
+    pub reasoning: Option<(Reasoning, Instant)>,
 }
 
 impl Tally {
     fn new() -> Self {
-        Self { started: Instant::now(), first_token: None, last_token: None, tokens: 0, text: String::new() }
+        let started = Instant::now();
+        Self { started, first_token: None, last_token: None, tokens: 0, text: String::new(), reasoning: None }
     }
 
     pub fn add(&mut self, text: &str) {
@@ -58,6 +64,13 @@ impl Tally {
             generated_tokens: self.tokens,
             prefill_ms: to_first.as_secs_f64() * 1e3,
             decode_ms: self.decode_time().as_secs_f64() * 1e3,
+            reasoning: self.reasoning.map(|(reasoning, opened)| match reasoning.ended {
+                true => reasoning,
+                // Still thinking when it ended: every token was.
+                false => {
+                    Reasoning { tokens: self.tokens as u32, ended: false, ms: opened.elapsed().as_secs_f32() * 1e3 }
+                }
+            }),
             tokens_per_second: self.tokens_per_second(),
             ..Default::default()
         }
@@ -206,7 +219,7 @@ impl Canceller {
         // The tally held until the end is sent: no token is sent after its text was read.
         let tally = self.0.tally();
         let (text, stats) = (tally.text.clone(), tally.stats());
-        self.0.end(ReplyEvent::Done { finish_reason: FinishReason::Cancelled, text, stats });
+        self.0.end(ReplyEvent::Done { finish_reason: FinishReason::Cancelled, text, stats: Box::new(stats) });
         drop(tally);
         self.0.close();
     }

@@ -431,3 +431,39 @@ fn a_model_list_dripped_a_byte_a_second_ends_the_check_at_its_limit() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+fn thinking_chunk(text: &str) -> String {
+    format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"reasoning_content\":{text:?}}},\"finish_reason\":null}}]}}\n\n")
+}
+
+#[test]
+fn thinking_sent_apart_opens_before_its_tokens_and_closes_where_the_answer_begins() {
+    let server = standin(|s, request| {
+        assert!(request.contains(r#""chat_template_kwargs":{"enable_thinking":true}"#), "{request}");
+        let (a, b) = (thinking_chunk("Hm"), thinking_chunk(" ok"));
+        // Thinking after the answer began is more of the answer, as the engine reads its own.
+        let (c, d) = (chunk("Yes"), thinking_chunk(" late"));
+        let _ = write!(s, "{SSE_HEAD}{a}{b}{c}{d}");
+        let _ = write!(
+            s,
+            "data: {{\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"stop\"}}]}}\n\ndata: [DONE]\n\n"
+        );
+    });
+    let remote = Remote::with_limits(&server.url, None, limits()).unwrap();
+    let kwargs = serde_json::json!({ "enable_thinking": true }).as_object().unwrap().clone();
+    let options = GenerateOptions { max_tokens: 16, ..Default::default() };
+    let ticket = remote.chat_with("m", &[Message::new(Role::User, "hi")], &options, &kwargs);
+    let mut heard = Vec::new();
+    let stats = loop {
+        match ticket.recv().expect("an outcome") {
+            ReplyEvent::Tokens { tokens } => heard.extend(tokens.into_iter().map(|t| t.text)),
+            ReplyEvent::Reasoning { reasoning } => heard.push(format!("[{} {}]", reasoning.tokens, reasoning.ended)),
+            ReplyEvent::Done { stats, .. } => break stats,
+            ReplyEvent::Failed { error } => panic!("{error}"),
+            _ => {}
+        }
+    };
+    assert_eq!(heard, ["[0 false]", "Hm", " ok", "[2 true]", "Yes", " late"]);
+    let reasoning = stats.reasoning.unwrap();
+    assert_eq!((reasoning.tokens, reasoning.ended), (2, true));
+}

@@ -268,12 +268,33 @@ pub async fn serve(
     eprintln!("specula serve: http://{}", listener.local_addr()?);
     let limits = config.limits;
     let admission = listen::Admission::default();
-    let app = router_with(EngineHandle::spawn(session, engine), config, admission);
-    listen::serve_with(listener, app, limits, admission, async {
-        let _ = tokio::signal::ctrl_c().await;
-    })
-    .await;
+    let engine = EngineHandle::spawn(session, engine);
+    let app = router_with(engine.clone(), config, admission);
+    listen::serve_with(listener, app, limits, admission, stop_asked()).await;
+    // The last chat's cache goes to disk before the process ends (when a cache folder is set).
+    if !engine.settle(SETTLE_AT_STOP) {
+        tracing::warn!("stopping before the engine settled: the last chat's cache may not be on disk");
+    }
     Ok(())
+}
+
+/// How long a stopping server waits for the reply in progress and the disk cache's write.
+const SETTLE_AT_STOP: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Ctrl+C, or SIGTERM (what `kill`, systemd and container runtimes send) on Unix.
+async fn stop_asked() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut terminate) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = terminate.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
 }
 
 // ----- errors in OpenAI's shape -----

@@ -398,7 +398,7 @@ impl StreamedChoice {
         if let Some(thinking) = &mut self.thinking {
             let last = thinking.finish();
             out.reasoning += &last.reasoning;
-            self.calls.push(&last.content);
+            out.content += &self.calls.push(&last.content);
         }
         let (_, content) = split_thinking(call, g);
         let (content, calls) = split_calls(call, &content);
@@ -533,7 +533,7 @@ fn stream(
                         yield Ok(chunks.chunk(vec![part], StreamExtension::of(event)));
                     }
                     ReplyEvent::Done { finish_reason: reason, text, stats } => {
-                        let g = Generation { text, tokens: Vec::new(), finish_reason: reason, stats };
+                        let g = Generation { text, tokens: Vec::new(), finish_reason: reason, stats: *stats };
                         let (rest, calls) = streamed.finish(&call, &g);
                         let Generation { text, stats, .. } = g;
                         if !rest.reasoning.is_empty() {
@@ -556,7 +556,7 @@ fn stream(
                         usage.total_tokens = usage.prompt_tokens + usage.completion_tokens;
                         let g = Generation { text, tokens: Vec::new(), finish_reason: reason, stats };
                         let part = streamed.part(call.kind, "", None, Some(finish_of(&g, &calls)));
-                        let done = ReplyEvent::Done { finish_reason: g.finish_reason, text: g.text.clone(), stats: g.stats.clone() };
+                        let done = ReplyEvent::Done { finish_reason: g.finish_reason, text: g.text.clone(), stats: Box::new(g.stats.clone()) };
                         if first_generation.is_none() {
                             first_generation = Some(g);
                         }

@@ -86,7 +86,8 @@ CREATE TABLE IF NOT EXISTS conversations (
     updated_at INTEGER NOT NULL,
     current_leaf INTEGER,
     deleted_at INTEGER,
-    uid TEXT
+    uid TEXT,
+    thinking INTEGER
 );
 CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY,
@@ -341,17 +342,17 @@ impl Store {
         let head = self
             .conn
             .query_row(
-                "SELECT title, system_prompt, updated_at, current_leaf FROM conversations
+                "SELECT title, system_prompt, updated_at, current_leaf, thinking FROM conversations
                  WHERE id = ?1 AND deleted_at IS NULL",
                 [id],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
             )
             .optional()?
             .ok_or_else(|| not_found(id))?;
-        let (title, system_prompt, updated_at, leaf) = head;
+        let (title, system_prompt, updated_at, leaf, thinking) = head;
         let tree = self.tree(id)?;
         let messages = self.messages(&tree, &tree.path_to(leaf))?;
-        Ok(Conversation { id, title, system_prompt, updated_at, messages })
+        Ok(Conversation { id, title, system_prompt, updated_at, messages, thinking })
     }
 
     /// The shape of a conversation's messages, deleted ones marked.
@@ -471,6 +472,17 @@ impl Store {
 
     pub fn set_system_prompt(&self, id: i64, text: &str) -> Result<()> {
         self.touch(id, "UPDATE conversations SET system_prompt = ?2, updated_at = ?3 WHERE id = ?1", text)
+    }
+
+    /// Whether the conversation's replies think first, for models whose template lets it be
+    /// chosen (Qwen3's `enable_thinking`); none: the template's default.
+    /// A setting, not a change of the chat: it keeps its place in the list.
+    pub fn set_thinking(&self, id: i64, thinking: Option<bool>) -> Result<()> {
+        let sql = "UPDATE conversations SET thinking = ?2 WHERE id = ?1 AND deleted_at IS NULL";
+        match self.conn.execute(sql, params![id, thinking])? {
+            0 => Err(not_found(id)),
+            _ => Ok(()),
+        }
     }
 
     fn touch(&self, id: i64, sql: &str, value: &str) -> Result<()> {
@@ -734,13 +746,14 @@ impl Store {
 
 /// Columns later versions added, added to a history an earlier one made (`CREATE TABLE IF
 /// NOT EXISTS` leaves an existing table as it was): (table, column, declaration).
-const ADDED_COLUMNS: [(&str, &str, &str); 6] = [
+const ADDED_COLUMNS: [(&str, &str, &str); 7] = [
     ("messages", "settings", "TEXT"),
     ("messages", "parent_id", "INTEGER REFERENCES messages(id) ON DELETE CASCADE"),
     ("messages", "deleted_at", "INTEGER"),
     ("conversations", "current_leaf", "INTEGER"),
     ("conversations", "deleted_at", "INTEGER"),
     ("conversations", "uid", "TEXT"),
+    ("conversations", "thinking", "INTEGER"),
 ];
 
 fn add_missing_columns(conn: &Connection) -> Result<()> {
@@ -866,6 +879,21 @@ mod tests {
 
     fn token(text: &str, source: Source, p: Option<f32>, q: Option<f32>) -> TokenEvent {
         TokenEvent { id: 7, text: text.into(), source, p, q, alternatives: Vec::new() }
+    }
+
+    #[test]
+    fn a_chats_thinking_choice_is_kept_without_moving_the_chat_up_the_list() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("specula.db");
+        let store = Store::open(&path).unwrap();
+        let c = store.create_conversation().unwrap();
+        assert_eq!(c.thinking, None, "the model's default until chosen");
+        store.set_thinking(c.id, Some(false)).unwrap();
+        let again = Store::open(&path).unwrap().conversation(c.id).unwrap();
+        assert_eq!((again.thinking, again.updated_at), (Some(false), c.updated_at));
+        store.set_thinking(c.id, None).unwrap();
+        assert_eq!(store.conversation(c.id).unwrap().thinking, None);
+        assert!(store.set_thinking(c.id + 1, Some(true)).is_err(), "no such chat");
     }
 
     #[test]

@@ -43,6 +43,9 @@ export interface Backend {
   createConversation(): Promise<Conversation>;
   renameConversation(id: number, title: string): Promise<void>;
   setSystemPrompt(id: number, text: string): Promise<void>;
+  /** Whether the conversation's replies think first (Qwen3's `enable_thinking`); null: the
+   *  model's template decides. */
+  setThinking(id: number, thinking: boolean | null): Promise<void>;
   deleteConversation(id: number): Promise<void>;
   addMessage(conversationId: number, role: Role, content: string): Promise<ChatMessage>;
   /** Show the conversation up to just before `messageId`: the next message added becomes its

@@ -59,6 +59,13 @@ async renameConversation(id: number, title: string) : Promise<null> {
 async setSystemPrompt(id: number, text: string) : Promise<null> {
     return await TAURI_INVOKE("set_system_prompt", { id, text });
 },
+/**
+ * Whether the conversation's replies think first (Qwen3's `enable_thinking`); none: the
+ * model's template decides.
+ */
+async setThinking(id: number, thinking: boolean | null) : Promise<null> {
+    return await TAURI_INVOKE("set_thinking", { id, thinking });
+},
 async deleteConversation(id: number) : Promise<null> {
     return await TAURI_INVOKE("delete_conversation", { id });
 },
@@ -279,7 +286,12 @@ round_trip_ms: number; error?: ErrorInfo | null }
  * unless set), the positions it was trained for, and its KV format.
  */
 export type ContextInfo = { tokens: number; trained: number; kv_format: KvFormat }
-export type Conversation = { id: number; title: string; system_prompt: string; updated_at: number; messages: StoredMessage[] }
+export type Conversation = { id: number; title: string; system_prompt: string; updated_at: number; messages: StoredMessage[]; 
+/**
+ * Whether replies think first, for models whose template lets it be chosen (Qwen3's
+ * `enable_thinking`); none: the template's default.
+ */
+thinking?: boolean | null }
 export type ConversationSummary = { id: number; title: string; 
 /**
  * Milliseconds since the Unix epoch.

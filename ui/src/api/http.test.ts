@@ -63,6 +63,27 @@ describe('HTTP transport', () => {
     expect((await backend.conversation(conversation.id)).messages.at(-1)?.content).toBe('x'.repeat(300));
   });
 
+  it('sends a chat\'s thinking choice, and an earlier reply\'s thinking apart from its answer', async () => {
+    const reasoning = { tokens: 3, ended: true, ms: 900 };
+    const thought = [token('<think>', 'target'), token('Hm.', 'target'), token('</think>', 'target'), token('\n\n', 'target'), token('Yes', 'target')];
+    const body = sse([
+      { choices: [{ delta: {}, finish_reason: null }], specula: { event: { kind: 'tokens', tokens: thought } } },
+      { choices: [{ delta: {}, finish_reason: 'stop' }], specula: { event: { kind: 'done', finish_reason: 'end_of_turn', text: '', stats: { ...stats, reasoning } } } },
+    ]);
+    const { fetcher, requests } = fakeFetch(body);
+    const backend = new HttpBackend('http://x', localStorage, fetcher);
+    const conversation = await backend.createConversation();
+    await backend.setThinking(conversation.id, false);
+    await backend.addMessage(conversation.id, 'user', 'Sure?');
+    await (await backend.reply(conversation.id, { ...DEFAULT_SETTINGS, target: 'target-model' }, () => {})).done;
+    await backend.addMessage(conversation.id, 'user', 'Why?');
+    await (await backend.reply(conversation.id, { ...DEFAULT_SETTINGS, target: 'target-model' }, () => {})).done;
+    const sent = requests.filter((r) => r.url.endsWith('/v1/chat/completions')).map((r) => r.body as Record<string, unknown>);
+    expect(sent[0].chat_template_kwargs).toEqual({ enable_thinking: false });
+    expect((sent[1].messages as unknown[])[1]).toEqual({ role: 'assistant', content: 'Yes', reasoning_content: 'Hm.' });
+    expect((await backend.conversation(conversation.id)).thinking).toBe(false);
+  });
+
   it('streams a reply into events and stores it with its tokens and stats', async () => {
     const body = sse([
       { choices: [{ delta: { role: 'assistant', content: 'Hi' }, finish_reason: null }], specula: { event: { kind: 'tokens', tokens: [token('Hi', 'accepted')] } } },

@@ -165,6 +165,9 @@ export class HttpBackend implements Backend {
   async setSystemPrompt(id: number, text: string): Promise<void> {
     this.store.update(id, (c) => (c.system_prompt = text));
   }
+  async setThinking(id: number, thinking: boolean | null): Promise<void> {
+    this.store.update(id, (c) => (c.thinking = thinking));
+  }
   async deleteConversation(id: number): Promise<void> {
     this.store.remove(id);
   }
@@ -230,6 +233,7 @@ export class HttpBackend implements Backend {
       seed: settings.seed,
       max_tokens: settings.max_tokens,
       context_overflow: settings.overflow,
+      ...(conversation.thinking != null ? { chat_template_kwargs: { enable_thinking: conversation.thinking } } : {}),
       speculative: { k: settings.k, mode: settings.mode, drafter: settings.drafter },
     };
     const emit = (event: ReplyEvent) => {

@@ -123,6 +123,9 @@ export class TauriBackend implements Backend {
   renameConversation(id: number, title: string): Promise<void> {
     return run(commands.renameConversation(id, title));
   }
+  setThinking(id: number, thinking: boolean | null): Promise<void> {
+    return run(commands.setThinking(id, thinking));
+  }
   setSystemPrompt(id: number, text: string): Promise<void> {
     return run(commands.setSystemPrompt(id, text));
   }

@@ -18,6 +18,9 @@ describe('thinking', () => {
     expect(thinking.map((t) => t.text).join('')).toBe('<think>Hm</think>');
     expect(answer.map((t) => t.text)).toEqual(['Yes']);
     expect(splitReply(tokens, { tokens: 0, ended: false, ms: 5 }).answer).toEqual([]);
+    // The closing token carried the answer's first text, as Rust's split_tokens reads it.
+    const spilling = ['<think>', 'Hm', '</think>\n\nSo', ' yes'].map(token);
+    expect(splitReply(spilling, { tokens: 3, ended: true, ms: 1 }).answer.map((t) => t.text)).toEqual(['So', ' yes']);
   });
 
   it('folds a stored block under how long the model thought', () => {

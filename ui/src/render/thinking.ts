@@ -26,12 +26,31 @@ export function shownThinking(raw: string): string {
   return text.trim();
 }
 
-/** A stored reply's thinking tokens and its answer's (whitespace before the answer dropped). */
+/** What the token that closed the thinking carried past `</think>` (the answer's first text). */
+export function spilled(thinking: TokenEvent[]): TokenEvent | null {
+  const last = thinking.at(-1);
+  const raw = thinking.map((t) => t.text).join('');
+  const close = raw.indexOf(CLOSE);
+  const rest = close >= 0 ? raw.slice(close + CLOSE.length) : '';
+  return last && rest ? { ...last, text: rest } : null;
+}
+
+/** The answer's tokens without the whitespace it starts with. */
+export function trimmedStart(answer: TokenEvent[]): TokenEvent[] {
+  const out = [...answer];
+  while (out.length && out[0].text.trim() === '') out.shift();
+  if (out.length) out[0] = { ...out[0], text: out[0].text.trimStart() };
+  return out;
+}
+
+/** A stored reply's thinking tokens and its answer's, as the engine splits them
+ *  (crates/protocol/src/reasoning.rs `split_tokens`): text the closing token carried past
+ *  `</think>` begins the answer, and the whitespace before the answer is dropped. */
 export function splitReply(tokens: TokenEvent[], reasoning: Reasoning): { thinking: TokenEvent[]; answer: TokenEvent[] } {
   const n = reasoning.ended ? Math.min(reasoning.tokens, tokens.length) : tokens.length;
-  const answer = tokens.slice(n);
-  while (answer.length && answer[0].text.trim() === '') answer.shift();
-  return { thinking: tokens.slice(0, n), answer };
+  const thinking = tokens.slice(0, n);
+  const spill = reasoning.ended ? spilled(thinking) : null;
+  return { thinking, answer: trimmedStart([...(spill ? [spill] : []), ...tokens.slice(n)]) };
 }
 
 /** "Thought for 3.4 s"; "Thinking…" while it goes on; "Thought for 3.4 s, cut off" for a reply
@@ -48,6 +67,7 @@ export class ThinkingBlock {
   private readonly summary: HTMLElement;
   private readonly text: HTMLElement;
   private raw = '';
+  private readonly tokens: TokenEvent[] = [];
 
   constructor(doc: Document = document) {
     this.element = doc.createElement('details');
@@ -70,7 +90,19 @@ export class ThinkingBlock {
   /** More thinking while it streams: shown open. */
   push(tokens: TokenEvent[]): void {
     for (const t of tokens) this.raw += t.text;
+    this.tokens.push(...tokens);
     this.text.textContent = shownThinking(this.raw);
+  }
+
+  /** The answer's first text, when the token that closed the thinking carried some. */
+  spilled(): TokenEvent | null {
+    return spilled(this.tokens);
+  }
+
+  /** The reply failed while thinking. */
+  stop(): void {
+    this.summary.textContent = 'Thinking stopped';
+    this.element.open = false;
   }
 
   /** The thinking is over (or the reply is): the block folds. */

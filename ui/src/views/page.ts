@@ -26,6 +26,7 @@ export interface Page {
   settings: SettingsParts;
   settingsButton: HTMLButtonElement;
   systemPrompt: SystemPromptParts;
+  thinking: HTMLSelectElement;
   library: HTMLDialogElement;
   libraryButton: HTMLButtonElement;
   toast: HTMLElement;
@@ -51,6 +52,7 @@ export function findPage(doc: Document): Page {
     settings: settingsParts($<HTMLDialogElement>('#settings-dialog')),
     settingsButton: $<HTMLButtonElement>('#settings-button'),
     systemPrompt: systemPromptParts($<HTMLButtonElement>('#system-button'), $<HTMLDialogElement>('#system-dialog')),
+    thinking: $<HTMLSelectElement>('#thinking-select'),
     library: $<HTMLDialogElement>('#library-dialog'),
     libraryButton: $<HTMLButtonElement>('#library-button'),
     toast: $('#toast'),

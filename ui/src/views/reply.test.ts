@@ -78,7 +78,7 @@ describe('a streaming reply', () => {
     expect(document.querySelectorAll('#messages .streaming .body .tok').length).toBe(0);
 
     live.onEvent({ kind: 'reasoning', reasoning: { tokens: 4, ended: true, ms: 2500 } });
-    live.onEvent({ kind: 'tokens', tokens: [token('Four.')] });
+    live.onEvent({ kind: 'tokens', tokens: [token('\n\n'), token('Four.')] });
     live.onEvent({ kind: 'done', finish_reason: 'end_of_turn', text: '', stats: { ...stats, reasoning: { tokens: 4, ended: true, ms: 2500 } } });
     expect(block.open).toBe(false);
     expect(block.querySelector('summary')?.textContent).toBe('Thought for 2.5 s');

@@ -2,7 +2,7 @@
 // speed panel beside it. Painting is batched (render/stream.ts): the text, the speed figures
 // and the scroll move together a few times a second, however fast tokens come.
 
-import type { ChatMessage, GenerationStats, Reasoning, ReplyEvent, ReplyHandle } from '../api/types';
+import type { ChatMessage, GenerationStats, Reasoning, ReplyEvent, ReplyHandle, TokenEvent } from '../api/types';
 import { ReplyStream } from '../render/stream';
 import { ThinkingBlock } from '../render/thinking';
 import type { ChatView } from './chat';
@@ -29,6 +29,9 @@ export class LiveReply {
    *  while `thinking` is true. */
   private block: ThinkingBlock | null = null;
   private thinking = false;
+  /** Whether the answer has drawn any text (before it, whitespace after the thinking is not).
+   *  True from the start for a reply that does not think. */
+  private answerBegun = true;
 
   constructor(
     private readonly chat: Pick<ChatView, 'startReply' | 'follow' | 'markTrim'>,
@@ -60,15 +63,16 @@ export class LiveReply {
     } else if (event.kind === 'tokens') {
       if (this.summary.textContent) this.summary.textContent = '';
       if (this.thinking) this.block?.push(event.tokens);
-      else for (const token of event.tokens) this.stream.push(token);
+      else for (const token of event.tokens) this.answer(token);
     } else if (event.kind === 'step') {
       this.panel.step(event.step);
       this.stream.schedule();
     } else if (event.kind === 'done') {
-      if (this.thinking && event.stats.reasoning) this.block?.end(event.stats.reasoning);
+      if (this.thinking && event.stats.reasoning) this.block?.end(event.stats.reasoning, false);
       this.stream.finish();
       this.panel.finish(event.stats, this.options.verdict(event.stats));
     } else if (event.kind === 'failed') {
+      if (this.thinking) this.block?.stop();
       this.stream.finish();
       this.options.onNotice(event.error);
     } else if (event.kind === 'unsaved') {
@@ -87,10 +91,25 @@ export class LiveReply {
       this.block.push(this.stream.takeAll());
       this.thinking = true;
     }
-    if (reasoning.ended) {
+    if (reasoning.ended && this.thinking) {
       this.block.end(reasoning);
       this.thinking = false;
+      this.answerBegun = false;
+      const spill = this.block.spilled();
+      if (spill) this.answer(spill);
     }
+  }
+
+  /** A token of the answer; after thinking, the whitespace it begins with is not drawn (as
+   *  the stored reply is drawn, render/thinking.ts `splitReply`). */
+  private answer(token: TokenEvent): void {
+    if (!this.answerBegun) {
+      const text = token.text.trimStart();
+      if (!text) return;
+      this.answerBegun = true;
+      token = { ...token, text };
+    }
+    this.stream.push(token);
   }
 
   /** Colours were switched mid-reply: what came so far is drawn again. */

@@ -286,6 +286,8 @@ enum Job {
     Load(LoadSpec, flume::Sender<std::result::Result<Health, ErrorInfo>>),
     /// Texts of earlier conversations, oldest first, for the auto drafter to copy from.
     Remember(Vec<String>),
+    /// Answered once the jobs before it are done and the models' state is on the disk cache.
+    Settle(flume::Sender<()>),
 }
 
 struct GenerateJob {
@@ -339,6 +341,14 @@ impl EngineHandle {
             .spawn(move || engine.run(queue))
             .expect("spawning the engine thread");
         Self { jobs, shared }
+    }
+
+    /// Wait, at most `timeout`, for the jobs queued so far to end and for what the models hold
+    /// to be written to the disk cache: a server that is asked to stop keeps its last chat for
+    /// the next start. False when the time ran out (or the engine is gone).
+    pub fn settle(&self, timeout: std::time::Duration) -> bool {
+        let (done, settled) = flume::bounded(1);
+        self.jobs.send(Job::Settle(done)).is_ok() && settled.recv_timeout(timeout).is_ok()
     }
 
     /// Queue a reply. Refused with [`Error::Busy`] when `max_queue` replies are queued or

@@ -88,6 +88,10 @@ impl Worker {
                         self.persist();
                     }
                 }
+                Job::Settle(done) => {
+                    self.persist();
+                    let _ = done.send(());
+                }
                 Job::Remember(texts) => {
                     for text in texts {
                         if let Some(loaded) = &mut self.loaded {

@@ -55,6 +55,7 @@ mod tests {
             system_prompt: "Be brief.\nVery.".into(),
             updated_at: 0,
             messages: vec![message(Role::User, "Name a prime."), message(Role::Assistant, "7\n")],
+            thinking: None,
         };
         assert_eq!(
             conversation(&c),

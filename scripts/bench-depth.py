@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Long contexts beside llama.cpp, in one run: the memory a filled context takes and the decode
+rate at depth, `specula speed` against `llama-bench` on the 1.5B target: bench/depth.json.
+
+For each depth (tokens already in the cache) each program generates --tg tokens one pass each
+after reading the depth's tokens, with 2 threads: Specula with f16 and with f32 keys and values
+(`--kv`), llama.cpp with its default f16 cache. Recorded per run: the decode rate and the peak
+resident size of the process (the kernel's ru_maxrss: weights, the filled cache and the
+scratch of the last pass). Both programs size their cache to the depth and the tokens asked,
+so the resident size is what that many filled positions cost. The order alternates by depth.
+llama.cpp is built by scripts/llama-cpp.sh.
+
+    scripts/bench-depth.py [--depths 4096,8192,16384] [--tg 32] [--out bench/depth.json]
+"""
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+spec = importlib.util.spec_from_file_location("bench_vs_llama", ROOT / "scripts/bench-vs-llama.py")
+vs_llama = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(vs_llama)
+
+
+def run_peak(command):
+    """Run `command` and wait for it with wait4: its stdout and peak resident MiB."""
+    process = subprocess.Popen([str(c) for c in command], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    out = process.stdout.read()
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode:
+        sys.exit(f"{command} exited {process.returncode}")
+    return out, round(usage.ru_maxrss / 1024, 1)
+
+
+def specula(cli, depth, tg, kv):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "speed.json"
+        _, rss = run_peak([cli, "speed", "--model", vs_llama.TARGET, "--pp", "0", "--tg", tg, "--depth", depth,
+                           "--repeat", "1", "--kv", kv, "--json", path])
+        result = json.loads(path.read_text())["results"][0]
+    return {"tokens_per_second": round(result["tokens_per_second"], 2), "peak_rss_mib": rss}
+
+
+def llama(bin_dir, depth, tg):
+    out, rss = run_peak([bin_dir / "llama-bench", "-m", vs_llama.TARGET, "-p", "0", "-n", tg, "-d", depth,
+                         "-t", vs_llama.THREADS, "-r", "1", "-o", "json"])
+    return {"tokens_per_second": round(json.loads(out)[0]["avg_ts"], 2), "peak_rss_mib": rss}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cli", default=str(vs_llama.TARGET_DIR / "release/specula"))
+    parser.add_argument("--depths", default="4096,8192,16384")
+    parser.add_argument("--tg", type=int, default=32)
+    parser.add_argument("--out", default=str(ROOT / "bench/depth.json"))
+    args = parser.parse_args()
+    bin_dir = Path(subprocess.run([ROOT / "scripts/llama-cpp.sh"], capture_output=True, text=True, check=True)
+                   .stdout.strip().splitlines()[-1])
+    rows = []
+    for i, depth in enumerate(int(d) for d in args.depths.split(",")):
+        runs = [("specula f16", lambda: specula(args.cli, depth, args.tg, "f16")),
+                ("specula f32", lambda: specula(args.cli, depth, args.tg, "f32")),
+                ("llama.cpp f16", lambda: llama(bin_dir, depth, args.tg))]
+        got = {name: fn() for name, fn in (runs if i % 2 == 0 else runs[::-1])}
+        row = {"depth": depth, "tg": args.tg, "engines": got,
+               "ratio_f16": {
+                   "tokens_per_second": round(got["specula f16"]["tokens_per_second"] / got["llama.cpp f16"]["tokens_per_second"], 3),
+                   "peak_rss": round(got["specula f16"]["peak_rss_mib"] / got["llama.cpp f16"]["peak_rss_mib"], 3)}}
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    data = {"kind": "depth", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "cpu": vs_llama.cpu(),
+            "llama_cpp": json.loads((bin_dir / "build-info.json").read_text()), "rows": rows}
+    Path(args.out).write_text(json.dumps(data, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
