@@ -271,9 +271,14 @@ pub async fn serve(
     let engine = EngineHandle::spawn(session, engine);
     let app = router_with(engine.clone(), config, admission);
     listen::serve_with(listener, app, limits, admission, stop_asked()).await;
-    // The last chat's cache goes to disk before the process ends (when a cache folder is set).
-    if !engine.settle(SETTLE_AT_STOP) {
-        tracing::warn!("stopping before the engine settled: the last chat's cache may not be on disk");
+    // The last chat's cache goes to disk before the process ends (when a cache folder is set);
+    // asked to stop again meanwhile, it stops at once.
+    let settling = tokio::task::spawn_blocking(move || engine.settle(SETTLE_AT_STOP));
+    tokio::select! {
+        settled = settling => if !matches!(settled, Ok(true)) {
+            tracing::warn!("stopping before the engine settled: the last chat's cache may not be on disk");
+        },
+        () = stop_asked() => tracing::warn!("asked again to stop: not waiting for the last chat's cache"),
     }
     Ok(())
 }
