@@ -12,8 +12,10 @@ pub mod events;
 pub mod history;
 pub mod limits;
 pub mod options;
+mod pycall;
 pub mod reasoning;
 pub mod remote;
+pub mod tool_calls;
 
 pub use app::{
     AppSettings, CatalogueEntry, ContextInfo, Diagnosis, EngineState, EngineStatus, ModelEntry, ModelRole, PullEvent,

@@ -13,7 +13,6 @@
 
 pub mod api;
 pub mod listen;
-mod pycall;
 mod reply;
 pub mod security;
 mod stream_text;

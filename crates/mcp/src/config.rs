@@ -1,0 +1,146 @@
+//! The servers a user configures, read from the `mcp.json` shape that Claude Desktop, LM
+//! Studio, Jan and Cursor write: `{"mcpServers": {"name": {...}}}`, where an entry is a
+//! command to start (`command`, `args`, `env`, `cwd`) or a Streamable HTTP endpoint (`url`,
+//! `headers`).
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+/// One configured server.
+#[derive(Clone, PartialEq)]
+pub struct ServerSpec {
+    pub name: String,
+    pub endpoint: Endpoint,
+}
+
+#[derive(Clone, PartialEq)]
+pub enum Endpoint {
+    /// A child process speaking JSON-RPC on its stdin and stdout.
+    Stdio { command: String, args: Vec<String>, env: BTreeMap<String, String>, cwd: Option<PathBuf> },
+    /// A Streamable HTTP endpoint; `headers` may carry a bearer key.
+    Http { url: String, headers: BTreeMap<String, String> },
+}
+
+// By hand: header values are keys, and a spec is logged (never its secrets).
+impl fmt::Debug for ServerSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.endpoint {
+            Endpoint::Stdio { command, args, env, .. } => {
+                let names: Vec<&String> = env.keys().collect();
+                write!(f, "{}: {command} {args:?} (env {names:?})", self.name)
+            }
+            Endpoint::Http { url, headers } => {
+                let names: Vec<&String> = headers.keys().collect();
+                write!(f, "{}: {url} (headers {names:?})", self.name)
+            }
+        }
+    }
+}
+
+/// An entry as the file writes it: every client's fields, each read where it means the same;
+/// fields only other clients read (`autoApprove`, `timeout`, `description`, ...) are ignored,
+/// so that a file written for them imports as it is.
+#[derive(Deserialize)]
+struct Entry {
+    #[serde(rename = "type", alias = "transport")]
+    kind: Option<String>,
+    command: Option<String>,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    cwd: Option<PathBuf>,
+    #[serde(alias = "serverUrl")]
+    url: Option<String>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    #[serde(default)]
+    disabled: bool,
+}
+
+#[derive(Deserialize)]
+struct File {
+    #[serde(rename = "mcpServers", alias = "servers")]
+    servers: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The enabled servers of an `mcp.json` text, in the file's order; an entry that cannot be
+/// used is an error naming it (a typo should not silently drop a server).
+pub fn parse(text: &str) -> Result<Vec<ServerSpec>, String> {
+    let file: File = serde_json::from_str(text)
+        .map_err(|e| format!("not an mcp.json file ({e}); expected {{\"mcpServers\": {{\"name\": {{...}}}}}}"))?;
+    let mut specs = Vec::new();
+    for (name, value) in file.servers {
+        let entry: Entry = serde_json::from_value(value).map_err(|e| format!("MCP server `{name}`: {e}"))?;
+        if entry.disabled {
+            continue;
+        }
+        let endpoint = endpoint(entry).map_err(|why| format!("MCP server `{name}`: {why}"))?;
+        specs.push(ServerSpec { name, endpoint });
+    }
+    Ok(specs)
+}
+
+fn endpoint(entry: Entry) -> Result<Endpoint, String> {
+    match (entry.kind.as_deref(), entry.command, entry.url) {
+        (Some("sse"), _, _) => Err("the legacy SSE transport is not supported; use the server's Streamable HTTP \
+                                    endpoint (usually /mcp) or its stdio command"
+            .into()),
+        (Some(kind), _, _) if !["stdio", "http", "streamable-http", "streamableHttp"].contains(&kind) => {
+            Err(format!("unknown type `{kind}`: use stdio or http"))
+        }
+        (_, Some(_), Some(_)) => Err("give `command` or `url`, not both".into()),
+        (_, Some(command), None) if !command.trim().is_empty() => {
+            Ok(Endpoint::Stdio { command, args: entry.args, env: entry.env, cwd: entry.cwd })
+        }
+        (_, None, Some(url)) if url.starts_with("http://") || url.starts_with("https://") => {
+            Ok(Endpoint::Http { url, headers: entry.headers })
+        }
+        (_, None, Some(url)) => Err(format!("`{url}` is not an http:// or https:// URL")),
+        _ => Err("needs `command` (a program to start) or `url` (a Streamable HTTP endpoint)".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn claude_desktop_and_lm_studio_entries_are_read_in_order() {
+        let text = r#"{"mcpServers": {
+            "files": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"],
+                      "env": {"DEBUG": "1"}},
+            "remote": {"url": "https://example.com/mcp", "headers": {"Authorization": "Bearer sk-secret"}},
+            "off": {"command": "x", "disabled": true},
+            "typed": {"type": "stdio", "command": "python3", "args": ["server.py"], "autoApprove": []}
+        }}"#;
+        let specs = parse(text).unwrap();
+        let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["files", "remote", "typed"]);
+        assert!(
+            matches!(&specs[0].endpoint, Endpoint::Stdio { command, args, .. } if command == "npx" && args.len() == 3)
+        );
+        assert!(matches!(&specs[1].endpoint, Endpoint::Http { url, .. } if url == "https://example.com/mcp"));
+        // The key never reaches a log line.
+        let logged = format!("{:?}", specs[1]);
+        assert!(logged.contains("Authorization") && !logged.contains("sk-secret"), "{logged}");
+    }
+
+    #[test]
+    fn an_unusable_entry_is_an_error_that_names_it() {
+        for (text, expected) in [
+            (r#"{"mcpServers": {"a": {"url": "https://x/sse", "type": "sse"}}}"#, "`a`: the legacy SSE"),
+            (r#"{"mcpServers": {"b": {"args": ["x"]}}}"#, "`b`: needs `command`"),
+            (r#"{"mcpServers": {"c": {"command": "x", "url": "http://y"}}}"#, "`c`: give `command` or `url`"),
+            (r#"{"mcpServers": {"d": {"url": "ftp://y"}}}"#, "`d`: `ftp://y` is not"),
+            (r#"{"mcpServers": {"e": {"command": "x", "args": "y"}}}"#, "`e`: invalid type"),
+            (r#"{"servers": []}"#, "not an mcp.json file"),
+            ("not json", "not an mcp.json file"),
+        ] {
+            let error = parse(text).unwrap_err();
+            assert!(error.contains(expected), "{text}: {error}");
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! One server, connected through the SDK: started (or reached), its tools listed, its tools
+//! called, each step bounded by [`Limits`] and every failure told as a sentence.
+
+use crate::config::{Endpoint, ServerSpec};
+use crate::stdio::{ChildTransport, Faults, SharedFaults};
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::ServiceExt;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+/// Every bound on what a server may cost a chat.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Starting a server and its `initialize` answer (`npx` may fetch a package first).
+    pub connect: Duration,
+    /// Listing its tools.
+    pub list: Duration,
+    /// One call.
+    pub call: Duration,
+    /// One JSON-RPC message from the server: larger closes the connection.
+    pub max_message: usize,
+    /// The tools one server may offer the model: every offered schema is prompt text.
+    pub max_tools: usize,
+    /// A result's text as the model reads it; longer is cut, and the cut is marked.
+    pub max_result_chars: usize,
+    /// Calls in one reply before the model must answer without tools.
+    pub max_calls_per_reply: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            connect: Duration::from_secs(60),
+            list: Duration::from_secs(20),
+            call: Duration::from_secs(60),
+            max_message: 16 << 20,
+            max_tools: 64,
+            max_result_chars: 16_000,
+            max_calls_per_reply: 8,
+        }
+    }
+}
+
+/// A tool as its server lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListedTool {
+    pub name: String,
+    pub description: String,
+    /// Its arguments' JSON schema.
+    pub schema: Value,
+}
+
+/// What a call gave back: the text the model reads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolResult {
+    pub text: String,
+    /// The server said the tool failed (the text says how); the model reads it all the same.
+    pub is_error: bool,
+    /// The result was longer than [`Limits::max_result_chars`] characters: this many.
+    pub cut_from: Option<usize>,
+    pub ms: u64,
+}
+
+pub struct Connection {
+    service: RunningService<RoleClient, ()>,
+    faults: Option<SharedFaults>,
+}
+
+impl Connection {
+    /// Start or reach the server and complete the MCP handshake, within `limits.connect`.
+    pub async fn open(spec: &ServerSpec, limits: &Limits) -> Result<Self, String> {
+        let (handshake, faults) = match &spec.endpoint {
+            Endpoint::Stdio { command, args, env, cwd } => {
+                let mut process = tokio::process::Command::new(command);
+                process.args(args).envs(env);
+                if let Some(cwd) = cwd {
+                    process.current_dir(cwd);
+                }
+                let (transport, faults) = ChildTransport::spawn(process, limits.max_message)
+                    .map_err(|e| format!("`{command}` could not be started: {e}"))?;
+                (Box::pin(().serve(transport)) as Handshake, Some(faults))
+            }
+            Endpoint::Http { url, headers } => {
+                (Box::pin(().serve(http_transport(url, headers, limits)?)) as Handshake, None)
+            }
+        };
+        let seconds = limits.connect.as_secs();
+        match tokio::time::timeout(limits.connect, handshake).await {
+            Ok(Ok(service)) => Ok(Self { service, faults }),
+            Ok(Err(e)) => Err(explained(&faults, format!("the MCP handshake failed: {e}"))),
+            Err(_) => Err(explained(&faults, format!("no answer to the MCP handshake within {seconds} s"))),
+        }
+    }
+
+    /// Its tools, at most `limits.max_tools` of them; the count it listed, when more.
+    pub async fn tools(&self, limits: &Limits) -> Result<(Vec<ListedTool>, Option<usize>), String> {
+        let listed = self.bounded(limits.list, "listing its tools", self.service.list_all_tools()).await?;
+        let count = listed.len();
+        let tools = listed
+            .into_iter()
+            .take(limits.max_tools)
+            .map(|tool| ListedTool {
+                name: tool.name.to_string(),
+                description: tool.description.map(|d| d.to_string()).unwrap_or_default(),
+                schema: Value::Object((*tool.input_schema).clone()),
+            })
+            .collect();
+        Ok((tools, (count > limits.max_tools).then_some(count)))
+    }
+
+    /// Call `tool` with `arguments` (a JSON object), within `limits.call`; the result's text
+    /// cut to `limits.max_result_chars`. Dropping the future cancels the call on the server.
+    pub async fn call(&self, tool: &str, arguments: Value, limits: &Limits) -> Result<ToolResult, String> {
+        let arguments = match arguments {
+            Value::Object(map) => map,
+            Value::Null => Default::default(),
+            other => return Err(format!("the arguments are not a JSON object: {other}")),
+        };
+        let started = Instant::now();
+        let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
+        let result = self.bounded(limits.call, "the call", self.service.call_tool(params)).await?;
+        let text = result_text(&serde_json::to_value(&result).unwrap_or_default());
+        let (text, cut_from) = cut(text, limits.max_result_chars);
+        let ms = started.elapsed().as_millis() as u64;
+        Ok(ToolResult { text, is_error: result.is_error == Some(true), cut_from, ms })
+    }
+
+    /// The connection is gone (the server exited or was cut off): the next use reconnects.
+    pub fn is_closed(&self) -> bool {
+        self.service.is_closed()
+    }
+
+    async fn bounded<T, E: std::fmt::Display>(
+        &self,
+        limit: Duration,
+        what: &str,
+        work: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, String> {
+        match tokio::time::timeout(limit, work).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(explained(&self.faults, format!("{what} failed: {e}"))),
+            Err(_) => Err(explained(&self.faults, format!("no answer to {what} within {} s", limit.as_secs()))),
+        }
+    }
+}
+
+type Handshake = std::pin::Pin<
+    Box<dyn Future<Output = Result<RunningService<RoleClient, ()>, rmcp::service::ClientInitializeError>> + Send>,
+>;
+
+fn http_transport(
+    url: &str,
+    headers: &std::collections::BTreeMap<String, String>,
+    limits: &Limits,
+) -> Result<StreamableHttpClientTransport<reqwest::Client>, String> {
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_string())
+        .max_json_response_size(limits.max_message)
+        .max_sse_event_size(limits.max_message);
+    let mut custom = HashMap::new();
+    for (name, value) in headers {
+        // The SDK sends the bearer key itself (and keeps it out of its logs).
+        if name.eq_ignore_ascii_case("authorization") {
+            if let Some(key) = value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer ")) {
+                config = config.auth_header(key.trim().to_string());
+                continue;
+            }
+        }
+        let header = http::HeaderName::try_from(name.as_str()).map_err(|_| format!("`{name}` is not a header name"))?;
+        let value = http::HeaderValue::try_from(value.as_str())
+            .map_err(|_| format!("the value of header `{name}` is not a header value"))?;
+        custom.insert(header, value);
+    }
+    Ok(StreamableHttpClientTransport::from_config(config.custom_headers(custom)))
+}
+
+/// `why`, with what the server's faults tell of it.
+fn explained(faults: &Option<SharedFaults>, why: String) -> String {
+    match faults.as_ref().and_then(Faults::explain) {
+        Some(fault) => format!("{why}: {fault}"),
+        None => why,
+    }
+}
+
+/// The text of a result's content blocks, one per line; other kinds named, not inlined (an
+/// image's base64 is no use to a text model); the structured content when there is no text.
+fn result_text(result: &Value) -> String {
+    let blocks = result.get("content").and_then(Value::as_array).cloned().unwrap_or_default();
+    let mut parts: Vec<String> = blocks
+        .iter()
+        .map(|block| match block.get("type").and_then(Value::as_str) {
+            Some("text") => block.get("text").and_then(Value::as_str).unwrap_or_default().to_string(),
+            Some("resource") => block
+                .pointer("/resource/text")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .unwrap_or_else(|| "[a binary resource]".into()),
+            Some(kind) => format!("[{kind} content]"),
+            None => "[content of no type]".into(),
+        })
+        .collect();
+    if parts.is_empty() {
+        if let Some(structured) = result.get("structuredContent") {
+            parts.push(structured.to_string());
+        }
+    }
+    parts.join("\n")
+}
+
+/// `text` cut to `max` characters with the cut marked, and the length it had.
+pub fn cut(text: String, max: usize) -> (String, Option<usize>) {
+    let chars = text.chars().count();
+    if chars <= max {
+        return (text, None);
+    }
+    let kept: String = text.chars().take(max).collect();
+    (format!("{kept}\n[… cut: the tool returned {chars} characters; the first {max} are shown]"), Some(chars))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_long_result_is_cut_and_the_cut_is_marked() {
+        let (text, from) = cut("é".repeat(50), 10);
+        assert_eq!(from, Some(50));
+        assert!(text.starts_with(&"é".repeat(10)) && text.contains("returned 50 characters; the first 10"));
+        assert_eq!(cut("short".into(), 10), ("short".into(), None));
+    }
+
+    #[test]
+    fn text_blocks_are_read_and_other_kinds_named() {
+        let result = json!({"content": [
+            {"type": "text", "text": "one"},
+            {"type": "image", "data": "AAAA", "mimeType": "image/png"},
+            {"type": "resource", "resource": {"uri": "file:///a", "text": "two"}}
+        ]});
+        assert_eq!(result_text(&result), "one\n[image content]\ntwo");
+        assert_eq!(result_text(&json!({"content": [], "structuredContent": {"sum": 3}})), "{\"sum\":3}");
+    }
+}

@@ -1,0 +1,212 @@
+//! Every configured server and the tools they offer the model, with a runtime of their own:
+//! the CLI's chat and the app's engine thread call them from blocking code, and a server that
+//! hangs holds one of its tasks, never the caller's thread past the call's limit.
+
+use crate::config::ServerSpec;
+use crate::connection::{Connection, Limits, ListedTool, ToolResult};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use tokio::sync::Mutex;
+
+/// A server as the chat sees it: its tools, or why it has none.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerStatus {
+    pub name: String,
+    pub tools: Vec<String>,
+    /// Why it could not be used (it stays listed, with this reason).
+    pub error: Option<String>,
+    /// Something the user should know while it works (a list cut short).
+    pub notice: Option<String>,
+}
+
+/// A tool the model may call: the name it is offered under (unique across servers, and in the
+/// characters function names allow) and where it lives.
+#[derive(Debug, Clone)]
+pub struct OfferedTool {
+    pub offered_name: String,
+    pub server: String,
+    pub tool: ListedTool,
+    pub enabled: bool,
+}
+
+struct Server {
+    spec: ServerSpec,
+    connection: Mutex<Option<Connection>>,
+}
+
+pub struct Toolbox {
+    runtime: Option<tokio::runtime::Runtime>,
+    servers: Vec<Arc<Server>>,
+    tools: Vec<OfferedTool>,
+    status: Vec<ServerStatus>,
+    limits: Limits,
+}
+
+impl Toolbox {
+    /// Start every server (all at once, each within its limits) and list its tools; a server
+    /// that fails stays in the status with its reason, and the others work.
+    pub fn start(specs: Vec<ServerSpec>, limits: Limits) -> std::io::Result<Self> {
+        let runtime =
+            tokio::runtime::Builder::new_multi_thread().worker_threads(1).thread_name("mcp").enable_all().build()?;
+        let servers: Vec<Arc<Server>> =
+            specs.into_iter().map(|spec| Arc::new(Server { spec, connection: Mutex::new(None) })).collect();
+        let listings = runtime.block_on(async {
+            let tasks: Vec<_> = servers
+                .iter()
+                .map(|server| {
+                    let (server, limits) = (server.clone(), limits.clone());
+                    tokio::spawn(async move { server.list(&limits).await })
+                })
+                .collect();
+            let mut listings = Vec::new();
+            for task in tasks {
+                listings.push(task.await.unwrap_or_else(|e| Err(format!("its start failed: {e}"))));
+            }
+            listings
+        });
+        let mut toolbox = Self { runtime: Some(runtime), servers, tools: Vec::new(), status: Vec::new(), limits };
+        for (server, listing) in toolbox.servers.clone().iter().zip(listings) {
+            toolbox.add_listing(&server.spec.name, listing);
+        }
+        Ok(toolbox)
+    }
+
+    fn add_listing(&mut self, server: &str, listing: Result<(Vec<ListedTool>, Option<usize>), String>) {
+        let mut status = ServerStatus { name: server.to_string(), tools: Vec::new(), error: None, notice: None };
+        match listing {
+            Err(why) => status.error = Some(why),
+            Ok((tools, listed)) => {
+                if let Some(count) = listed {
+                    status.notice = Some(format!(
+                        "it lists {count} tools; the first {} are offered (each one's schema is prompt text)",
+                        tools.len()
+                    ));
+                }
+                for tool in tools {
+                    let offered_name = self.unique_name(server, &tool.name);
+                    status.tools.push(offered_name.clone());
+                    self.tools.push(OfferedTool { offered_name, server: server.to_string(), tool, enabled: true });
+                }
+            }
+        }
+        self.status.push(status);
+    }
+
+    /// The tool's name in the characters OpenAI-style function names allow, prefixed with its
+    /// server's when another server already offers that name.
+    fn unique_name(&self, server: &str, tool: &str) -> String {
+        let clean = |text: &str| -> String {
+            text.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect()
+        };
+        let mut name: String = clean(tool).chars().take(64).collect();
+        if self.tools.iter().any(|t| t.offered_name == name) {
+            name = format!("{}__{}", clean(server), clean(tool)).chars().take(64).collect();
+        }
+        let base = name.clone();
+        let mut n = 2;
+        while self.tools.iter().any(|t| t.offered_name == name) {
+            name = format!("{base}_{n}");
+            n += 1;
+        }
+        name
+    }
+
+    pub fn status(&self) -> &[ServerStatus] {
+        &self.status
+    }
+
+    pub fn tools(&self) -> &[OfferedTool] {
+        &self.tools
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Turn a tool on or off (by its offered name); false when there is no such tool.
+    pub fn set_enabled(&mut self, offered_name: &str, enabled: bool) -> bool {
+        let found = self.tools.iter_mut().find(|t| t.offered_name == offered_name);
+        found.map(|tool| tool.enabled = enabled).is_some()
+    }
+
+    /// The enabled tools as the chat template receives them (OpenAI's `tools` entries).
+    pub fn offered(&self) -> Vec<Value> {
+        self.tools.iter().filter(|t| t.enabled).map(function_entry).collect()
+    }
+
+    pub fn find(&self, offered_name: &str) -> Option<&OfferedTool> {
+        self.tools.iter().find(|t| t.offered_name == offered_name && t.enabled)
+    }
+
+    /// Run a call, blocking this thread at most the call's limit (plus a reconnection's, when
+    /// the server went away since). `cancelled` is polled: once true, the call is abandoned
+    /// (and cancelled on the server).
+    pub fn call(
+        &self,
+        offered_name: &str,
+        arguments: Value,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<ToolResult, String> {
+        let tool = self.find(offered_name).ok_or_else(|| format!("no tool `{offered_name}` is offered"))?;
+        let server = self.servers.iter().find(|s| s.spec.name == tool.server).cloned();
+        let server = server.ok_or_else(|| format!("no server `{}`", tool.server))?;
+        let (name, limits) = (tool.tool.name.clone(), self.limits.clone());
+        let runtime = self.runtime.as_ref().ok_or("the tools are shut down")?;
+        runtime.block_on(async {
+            let call = server.call(&name, arguments, &limits);
+            tokio::pin!(call);
+            let mut poll = tokio::time::interval(std::time::Duration::from_millis(50));
+            loop {
+                tokio::select! {
+                    result = &mut call => return result,
+                    _ = poll.tick() => if cancelled() { return Err("cancelled".to_string()) },
+                }
+            }
+        })
+    }
+}
+
+impl Server {
+    /// The live connection, opened (again) when there is none or it closed.
+    async fn connected<'a>(
+        &'a self,
+        limits: &Limits,
+    ) -> Result<tokio::sync::MutexGuard<'a, Option<Connection>>, String> {
+        let mut connection = self.connection.lock().await;
+        if connection.as_ref().is_none_or(Connection::is_closed) {
+            *connection = Some(Connection::open(&self.spec, limits).await?);
+        }
+        Ok(connection)
+    }
+
+    async fn list(&self, limits: &Limits) -> Result<(Vec<ListedTool>, Option<usize>), String> {
+        let connection = self.connected(limits).await?;
+        connection.as_ref().ok_or("not connected")?.tools(limits).await
+    }
+
+    async fn call(&self, tool: &str, arguments: Value, limits: &Limits) -> Result<ToolResult, String> {
+        let connection = self.connected(limits).await?;
+        connection.as_ref().ok_or("not connected")?.call(tool, arguments, limits).await
+    }
+}
+
+fn function_entry(tool: &OfferedTool) -> Value {
+    json!({
+        "type": "function",
+        "function": {
+            "name": tool.offered_name,
+            "description": tool.tool.description,
+            "parameters": tool.tool.schema,
+        }
+    })
+}
+
+impl Drop for Toolbox {
+    fn drop(&mut self) {
+        // In the background: dropping a runtime may not block inside another one (the app's),
+        // and the children are killed as their handles drop.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! One reply with tools: the model replies; each tool call it writes is approved (or not), run
+//! and answered with its result; the model replies again with the results in its prompt; and
+//! so on until it answers without a call. Bounded: at most [`Limits::max_calls_per_reply`]
+//! calls, after which the model is asked to answer with no tools offered.
+//!
+//! [`Limits::max_calls_per_reply`]: crate::Limits::max_calls_per_reply
+
+use crate::toolbox::Toolbox;
+use serde::Serialize;
+use serde_json::Value;
+use specula_protocol::tool_calls;
+use specula_protocol::{FunctionCall, Message, Role, ToolCall};
+use std::collections::HashSet;
+
+/// The user's answer to a call about to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Once,
+    /// This call and every later call of this tool, for the rest of the chat.
+    Always,
+    Deny,
+}
+
+/// A call the model wrote, before it runs.
+#[derive(Debug, Clone, Serialize)]
+pub struct PendingCall {
+    pub id: String,
+    pub server: String,
+    pub tool: String,
+    pub arguments: Value,
+}
+
+/// What became of a call: the history keeps it, and a card (or the terminal) shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Outcome {
+    Ran {
+        text: String,
+        is_error: bool,
+        cut_from: Option<usize>,
+        ms: u64,
+    },
+    Denied,
+    Failed {
+        reason: String,
+    },
+    /// Not run: the reply had made as many calls as it may.
+    Skipped {
+        reason: String,
+    },
+}
+
+impl Outcome {
+    /// The tool message the model reads.
+    fn for_model(&self) -> String {
+        match self {
+            Outcome::Ran { text, is_error: false, .. } => text.clone(),
+            Outcome::Ran { text, is_error: true, .. } => format!("The tool reported an error: {text}"),
+            Outcome::Denied => "The user denied this call; it did not run.".into(),
+            Outcome::Failed { reason } => format!("The call failed: {reason}"),
+            Outcome::Skipped { reason } => format!("Not run: {reason}"),
+        }
+    }
+}
+
+/// How the loop reaches the person and the reply: approvals, what to show, cancellation.
+pub trait Hooks {
+    fn decide(&mut self, call: &PendingCall) -> Decision;
+    fn on_start(&mut self, _call: &PendingCall) {}
+    fn on_done(&mut self, _call: &PendingCall, _outcome: &Outcome) {}
+    fn cancelled(&self) -> bool {
+        false
+    }
+}
+
+/// The tools a chat approved for good ("Always for this tool"), kept across its replies.
+#[derive(Debug, Default, Clone)]
+pub struct Approvals(HashSet<String>);
+
+/// Reply to `messages` with the toolbox's tools. `reply` makes one model reply to the
+/// messages with the tools given (OpenAI entries; none once the calls are spent) and `text`
+/// reads its text. The calls and their results are appended to `messages`; the last reply,
+/// which calls nothing, is returned (the caller appends it).
+pub fn reply_with_tools<R>(
+    toolbox: &Toolbox,
+    approvals: &mut Approvals,
+    messages: &mut Vec<Message>,
+    hooks: &mut dyn Hooks,
+    mut reply: impl FnMut(&[Message], &[Value]) -> Result<R, String>,
+    text: impl Fn(&R) -> &str,
+) -> Result<R, String> {
+    let max_calls = toolbox.limits().max_calls_per_reply;
+    let mut offered = toolbox.offered();
+    let mut denied: HashSet<String> = HashSet::new();
+    let mut made = 0;
+    loop {
+        let answer = reply(messages, &offered)?;
+        let names: Vec<&str> = offered.iter().filter_map(|t| t.pointer("/function/name")?.as_str()).collect();
+        let parsed = tool_calls::parse(text(&answer), &names);
+        if parsed.calls.is_empty() || hooks.cancelled() {
+            return Ok(answer);
+        }
+        let pending: Vec<PendingCall> = parsed.calls.iter().map(|call| pending_call(toolbox, call, made)).collect();
+        made += pending.len();
+        messages.push(assistant_calls(parsed.content, &pending));
+        for (index, call) in pending.iter().enumerate() {
+            let outcome = match made - pending.len() + index < max_calls {
+                true => run_call(toolbox, approvals, hooks, call),
+                false => Outcome::Skipped { reason: format!("this reply made its limit of {max_calls} tool calls") },
+            };
+            if outcome == Outcome::Denied {
+                denied.insert(call.tool.clone());
+            }
+            hooks.on_done(call, &outcome);
+            let mut result = Message::new(Role::Tool, outcome.for_model());
+            result.tool_call_id = Some(call.id.clone());
+            messages.push(result);
+        }
+        // A denied tool is no longer offered in this reply (small models call it again and
+        // again otherwise); spent calls leave the model to answer with what it has.
+        offered.retain(|t| t.pointer("/function/name").and_then(Value::as_str).is_some_and(|n| !denied.contains(n)));
+        if made >= max_calls {
+            offered.clear();
+        }
+    }
+}
+
+fn pending_call(toolbox: &Toolbox, call: &tool_calls::Call, made: usize) -> PendingCall {
+    let server = toolbox.find(&call.name).map(|t| t.server.clone()).unwrap_or_default();
+    let arguments = serde_json::from_str(&call.arguments).unwrap_or(Value::String(call.arguments.clone()));
+    PendingCall { id: format!("call_{made}_{}", call.name), server, tool: call.name.clone(), arguments }
+}
+
+fn run_call(toolbox: &Toolbox, approvals: &mut Approvals, hooks: &mut dyn Hooks, call: &PendingCall) -> Outcome {
+    if !call.arguments.is_object() {
+        return Outcome::Failed { reason: format!("the arguments are not a JSON object: {}", call.arguments) };
+    }
+    let decision = match approvals.0.contains(&call.tool) {
+        true => Decision::Once,
+        false => hooks.decide(call),
+    };
+    match decision {
+        Decision::Deny => return Outcome::Denied,
+        Decision::Always => {
+            approvals.0.insert(call.tool.clone());
+        }
+        Decision::Once => {}
+    }
+    hooks.on_start(call);
+    let cancelled = || hooks.cancelled();
+    match toolbox.call(&call.tool, call.arguments.clone(), &cancelled) {
+        Ok(result) => {
+            Outcome::Ran { text: result.text, is_error: result.is_error, cut_from: result.cut_from, ms: result.ms }
+        }
+        Err(reason) => Outcome::Failed { reason },
+    }
+}
+
+fn assistant_calls(content: String, calls: &[PendingCall]) -> Message {
+    let mut message = Message::assistant(content);
+    message.tool_calls = calls
+        .iter()
+        .map(|call| ToolCall {
+            id: call.id.clone(),
+            kind: "function".into(),
+            function: FunctionCall { name: call.tool.clone(), arguments: call.arguments.clone() },
+        })
+        .collect();
+    message
+}

@@ -1,0 +1,122 @@
+//! Hostile MCP servers (tests/servers/hostile.py, a hand-written stdio server per fault): each
+//! fault is bounded by the limits and told as a reason a person can read, and the toolbox
+//! keeps working (the well-behaved server beside it still answers).
+
+use serde_json::json;
+use specula_mcp::{Endpoint, Limits, ServerSpec, Toolbox};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+fn hostile(mode: &str) -> ServerSpec {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/servers/hostile.py");
+    ServerSpec {
+        name: mode.to_string(),
+        endpoint: Endpoint::Stdio {
+            command: "python3".into(),
+            args: vec![script.display().to_string(), mode.into()],
+            env: Default::default(),
+            cwd: None,
+        },
+    }
+}
+
+fn limits() -> Limits {
+    Limits {
+        connect: Duration::from_secs(5),
+        list: Duration::from_secs(5),
+        call: Duration::from_secs(2),
+        ..Limits::default()
+    }
+}
+
+/// A toolbox with the hostile server and a well-behaved one beside it.
+fn toolbox(mode: &str) -> Toolbox {
+    Toolbox::start(vec![hostile(mode), hostile("well")], limits()).unwrap()
+}
+
+/// Call the hostile server's `echo` (its name prefixed: the well one offers `echo` too), then
+/// check the well one still answers.
+fn call_fails(mode: &str) -> String {
+    let toolbox = toolbox(mode);
+    assert_eq!(toolbox.status()[0].error, None, "{:?}", toolbox.status());
+    let started = Instant::now();
+    let error = toolbox.call("echo", json!({"text": "hi"}), &|| false).unwrap_err();
+    // Bounded: the call's limit and a little more, never the server's whim.
+    assert!(started.elapsed() < Duration::from_secs(15), "{mode}: took {:?}", started.elapsed());
+    let well = toolbox.call("well__echo", json!({"text": "still here"}), &|| false).unwrap();
+    assert_eq!(well.text, "still here");
+    error
+}
+
+#[test]
+fn a_server_that_never_answers_fails_its_start_with_the_reason_and_the_others_work() {
+    let started = Instant::now();
+    let toolbox = toolbox("silent");
+    assert!(started.elapsed() < Duration::from_secs(15));
+    let status = toolbox.status();
+    assert!(status[0].error.as_deref().unwrap().contains("no answer to the MCP handshake within 5 s"), "{status:?}");
+    assert_eq!(status[1].tools, ["echo"]);
+    assert_eq!(toolbox.call("echo", json!({"text": "ok"}), &|| false).unwrap().text, "ok");
+}
+
+#[test]
+fn a_call_that_never_returns_ends_at_the_time_limit() {
+    let error = call_fails("hang");
+    assert!(error.contains("no answer to the call within 2 s"), "{error}");
+}
+
+#[test]
+fn a_100_mb_answer_closes_the_connection_with_the_size_named() {
+    let error = call_fails("huge");
+    assert!(error.contains("a message over 16 MiB"), "{error}");
+}
+
+#[test]
+fn malformed_json_rpc_is_quoted_in_the_time_out() {
+    let error = call_fails("garbage");
+    assert!(error.contains("not JSON-RPC: `{this is not json-rpc`"), "{error}");
+}
+
+#[test]
+fn a_server_that_exits_mid_call_is_told_with_its_last_words_and_restarts() {
+    let toolbox = toolbox("exit");
+    let error = toolbox.call("echo", json!({"text": "hi"}), &|| false).unwrap_err();
+    assert!(error.contains("exit status: 3") && error.contains("boom: the server fell over"), "{error}");
+    // The next call starts it again (and it falls over again, told the same way).
+    let again = toolbox.call("echo", json!({"text": "hi"}), &|| false).unwrap_err();
+    assert!(again.contains("exit status: 3"), "{again}");
+}
+
+#[test]
+fn ten_thousand_tools_are_cut_to_the_limit_with_a_notice() {
+    let toolbox = toolbox("many");
+    let status = &toolbox.status()[0];
+    assert_eq!(status.tools.len(), 64);
+    assert!(status.notice.as_deref().unwrap().contains("lists 10000 tools; the first 64"), "{status:?}");
+    assert_eq!(toolbox.offered().len(), 65);
+}
+
+#[test]
+fn a_cancelled_call_stops_at_once() {
+    let toolbox = toolbox("hang");
+    let started = Instant::now();
+    let error = toolbox.call("echo", json!({}), &|| started.elapsed() > Duration::from_millis(300)).unwrap_err();
+    assert_eq!(error, "cancelled");
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+}
+
+#[test]
+fn a_command_that_does_not_exist_is_named() {
+    let spec = ServerSpec {
+        name: "ghost".into(),
+        endpoint: Endpoint::Stdio {
+            command: "no-such-mcp-server".into(),
+            args: vec![],
+            env: Default::default(),
+            cwd: None,
+        },
+    };
+    let toolbox = Toolbox::start(vec![spec], limits()).unwrap();
+    let error = toolbox.status()[0].error.clone().unwrap();
+    assert!(error.contains("`no-such-mcp-server` could not be started"), "{error}");
+}
