@@ -44,6 +44,12 @@ cargo clippy --workspace --all-targets -- -D warnings
   eval "$cuda_env"
   CUDAFORGE_THREADS=2 cargo clippy -p specula-cli --features cuda -- -D warnings
 )
+# The official MCP Python SDK, pinned, in a venv of its own (cached beside the models): the
+# real MCP server of the tool tests (tests/mcp/arith_server.py) runs on it.
+mcp_venv="$HOME/.cache/specula/mcp-venv"
+[ -x "$mcp_venv/bin/python" ] || python3 -m venv "$mcp_venv"
+"$mcp_venv/bin/pip" install -q --disable-pip-version-check -r tests/mcp/requirements.txt
+export SPECULA_MCP_PYTHON="$mcp_venv/bin/python"
 # One build for the test binaries and the binaries the end-to-end tests drive (built
 # apart, they would unify features differently and compile half the tree twice).
 cargo build --workspace --bins --tests

@@ -9,6 +9,7 @@ mod remote;
 mod run;
 mod safe_text;
 mod speed;
+mod tools;
 
 use clap::{Args, Parser, Subcommand};
 use specula_engine::sampling::{Mode, SamplingParams};

@@ -1,6 +1,7 @@
 //! `generate`, `chat` and `tokenize`.
 
 use crate::safe_text::{printable, printable_json, PrintableStream};
+use crate::tools::ToolArgs;
 use crate::{ModelArgs, SamplingArgs};
 use clap::Args;
 use specula_engine::chat::RenderOptions;
@@ -20,6 +21,8 @@ pub struct GenerateArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub remote: RemoteArgs,
+    #[command(flatten)]
+    pub tools: ToolArgs,
     /// Draft length: 1-16, or auto to choose it per step from measured costs.
     #[arg(long, default_value = "auto")]
     k: KSetting,
@@ -48,6 +51,8 @@ pub struct ChatArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub remote: RemoteArgs,
+    #[command(flatten)]
+    pub tools: ToolArgs,
     /// Draft length: 1-16, or auto to choose it per step from measured costs.
     #[arg(long, default_value = "auto")]
     k: KSetting,
@@ -191,7 +196,11 @@ pub fn user_prompt(args: &GenerateArgs) -> Result<String, String> {
 
 pub fn generate(args: GenerateArgs) -> CliResult {
     let user = user_prompt(&args)?;
+    if args.raw && args.tools.mcp_config.is_some() {
+        return Err("--mcp-config needs the chat template, which --raw leaves out".into());
+    }
     let mut session = open_session(&args.model)?;
+    let mut tools = args.tools.open()?;
     let decoding = decoding(&args.model, args.k, &session);
     let raw = match args.raw {
         true => session.target.tokenizer.encode(&user).map_err(|e| e.to_string())?,
@@ -200,18 +209,23 @@ pub fn generate(args: GenerateArgs) -> CliResult {
     let render = RenderOptions::default();
     let mut messages: Vec<Message> = args.system.iter().map(Message::system).collect();
     messages.push(Message::user(user));
-    let to = match args.raw {
-        true => ReplyTo::Tokens(&raw),
-        false => ReplyTo::Chat { messages: &messages, tools: &[], render: &render },
-    };
     let options = options(&args.sampling);
     let overflow = args.model.overflow;
-    let generation = if args.json {
-        session.reply(to, overflow, &options, decoding, &mut specula_engine::NullSink)
-    } else {
-        session.reply(to, overflow, &options, decoding, &mut Printer::new())
-    }
-    .map_err(|e| e.to_string())?;
+    let reply_to = |session: &mut Session, to: ReplyTo| {
+        let generation = if args.json {
+            session.reply(to, overflow, &options, decoding, &mut specula_engine::NullSink)
+        } else {
+            session.reply(to, overflow, &options, decoding, &mut Printer::new())
+        };
+        generation.map_err(|e| e.to_string())
+    };
+    let generation = match (&mut tools, args.raw) {
+        (_, true) => reply_to(&mut session, ReplyTo::Tokens(&raw))?,
+        (None, false) => reply_to(&mut session, ReplyTo::Chat { messages: &messages, tools: &[], render: &render })?,
+        (Some(tools), false) => tools.reply(&mut messages, |messages, offered| {
+            reply_to(&mut session, ReplyTo::Chat { messages, tools: offered, render: &render })
+        })?,
+    };
     if args.json {
         let json = serde_json::to_string(&generation).map_err(|e| e.to_string())?;
         println!("{}", printable_json(&json));
@@ -230,11 +244,17 @@ pub fn chat(args: ChatArgs) -> CliResult {
         ServiceConfig { max_queue: 1, default_k: args.k, default_drafter: args.model.drafter, ..Default::default() };
     let engine = EngineHandle::spawn(session, config);
     let options = options(&args.sampling);
-    chat_loop(args.system.as_deref(), &name, |messages| {
+    let mut tools = args.tools.open()?;
+    let reply = |messages: &[Message], offered: &[serde_json::Value]| {
         let mut request = Request::new(Prompt::Chat(messages.to_vec()), options.clone());
         request.overflow = args.model.overflow;
+        request.tools = offered.to_vec();
         let ticket = engine.submit(request).map_err(|e| e.to_string())?;
         print_reply(|| ticket.recv(), || ticket.cancel(), Some(&mut Printer::new()))
+    };
+    chat_loop(args.system.as_deref(), &name, |messages| match &mut tools {
+        Some(tools) => tools.reply(messages, reply),
+        None => reply(messages, &[]),
     })
 }
 
@@ -243,7 +263,7 @@ pub fn chat(args: ChatArgs) -> CliResult {
 pub fn chat_loop(
     system: Option<&str>,
     who: &str,
-    mut reply: impl FnMut(&[Message]) -> Result<Generation, String>,
+    mut reply: impl FnMut(&mut Vec<Message>) -> Result<Generation, String>,
 ) -> CliResult {
     let mut messages: Vec<Message> = system.map(Message::system).into_iter().collect();
     let stdin = std::io::stdin();
@@ -259,8 +279,10 @@ pub fn chat_loop(
         if stdin.lock().read_line(&mut line).map_err(|e| e.to_string())? == 0 || line.trim().is_empty() {
             return Ok(());
         }
+        let before = messages.len();
         messages.push(Message::user(line.trim_end()));
-        let answer = reply(&messages);
+        // The reply may add turns of its own (tool calls and their results) before its answer.
+        let answer = reply(&mut messages);
         println!();
         match answer {
             Ok(generation) => {
@@ -269,7 +291,7 @@ pub fn chat_loop(
             }
             Err(e) => {
                 // The conversation so far stays; only this turn is dropped.
-                messages.pop();
+                messages.truncate(before);
                 eprintln!("error: {}", printable(&e));
             }
         }

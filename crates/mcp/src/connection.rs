@@ -92,7 +92,7 @@ impl Connection {
         let seconds = limits.connect.as_secs();
         match tokio::time::timeout(limits.connect, handshake).await {
             Ok(Ok(service)) => Ok(Self { service, faults }),
-            Ok(Err(e)) => Err(explained(&faults, format!("the MCP handshake failed: {e}"))),
+            Ok(Err(e)) => Err(explained(&faults, format!("the MCP handshake failed: {}", without_type_names(&e)))),
             Err(_) => Err(explained(&faults, format!("no answer to the MCP handshake within {seconds} s"))),
         }
     }
@@ -143,7 +143,7 @@ impl Connection {
     ) -> Result<T, String> {
         match tokio::time::timeout(limit, work).await {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(explained(&self.faults, format!("{what} failed: {e}"))),
+            Ok(Err(e)) => Err(explained(&self.faults, format!("{what} failed: {}", without_type_names(&e)))),
             Err(_) => Err(explained(&self.faults, format!("no answer to {what} within {} s", limit.as_secs()))),
         }
     }
@@ -176,6 +176,23 @@ fn http_transport(
         custom.insert(header, value);
     }
     Ok(StreamableHttpClientTransport::from_config(config.custom_headers(custom)))
+}
+
+/// The SDK's error without the Rust type names it writes into it (`Transport [rmcp::...]`),
+/// which tell a person nothing.
+fn without_type_names(error: &dyn std::fmt::Display) -> String {
+    let text = error.to_string();
+    let Some(start) = text.find(" [") else { return text };
+    let mut depth = 0;
+    for (at, c) in text[start + 1..].char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' if depth == 1 => return format!("{}{}", &text[..start], &text[start + 1 + at + 1..]),
+            ']' => depth -= 1,
+            _ => {}
+        }
+    }
+    text
 }
 
 /// `why`, with what the server's faults tell of it.
@@ -232,6 +249,13 @@ mod tests {
         assert_eq!(from, Some(50));
         assert!(text.starts_with(&"é".repeat(10)) && text.contains("returned 50 characters; the first 10"));
         assert_eq!(cut("short".into(), 10), ("short".into(), None));
+    }
+
+    #[test]
+    fn rust_type_names_are_left_out_of_errors() {
+        let error = "Send message error Transport [rmcp::W<rmcp::S<reqwest::C>>] error: HTTP 401 Unauthorized";
+        assert_eq!(without_type_names(&error), "Send message error Transport error: HTTP 401 Unauthorized");
+        assert_eq!(without_type_names(&"plain [unclosed"), "plain [unclosed");
     }
 
     #[test]

@@ -1,0 +1,114 @@
+//! The call -> approval -> result -> continue loop, with a scripted model (each reply a text
+//! given in advance) and a well-behaved server (tests/servers/hostile.py well): what the
+//! model reads back, the bound on calls, and what Deny and Always do.
+
+use serde_json::Value;
+use specula_mcp::{
+    reply_with_tools, Approvals, Decision, Endpoint, Hooks, Limits, Outcome, PendingCall, ServerSpec, Toolbox,
+};
+use specula_protocol::{Message, Role};
+use std::path::PathBuf;
+
+fn toolbox(max_calls: usize) -> Toolbox {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/servers/hostile.py");
+    let spec = ServerSpec {
+        name: "well".into(),
+        endpoint: Endpoint::Stdio {
+            command: "python3".into(),
+            args: vec![script.display().to_string(), "well".into()],
+            env: Default::default(),
+            cwd: None,
+        },
+    };
+    Toolbox::start(vec![spec], Limits { max_calls_per_reply: max_calls, ..Limits::default() }).unwrap()
+}
+
+fn echo_call(text: &str) -> String {
+    format!("<tool_call>\n{{\"name\": \"echo\", \"arguments\": {{\"text\": \"{text}\"}}}}\n</tool_call>")
+}
+
+struct Scripted {
+    answers: Vec<Decision>,
+    asked: usize,
+    done: Vec<Outcome>,
+}
+
+impl Hooks for Scripted {
+    fn decide(&mut self, _call: &PendingCall) -> Decision {
+        self.asked += 1;
+        self.answers.get(self.asked - 1).copied().unwrap_or(Decision::Deny)
+    }
+    fn on_done(&mut self, _call: &PendingCall, outcome: &Outcome) {
+        self.done.push(outcome.clone());
+    }
+}
+
+/// Run one reply whose model says `replies` in turn; the tools each reply was offered.
+fn run(
+    toolbox: &Toolbox,
+    approvals: &mut Approvals,
+    hooks: &mut Scripted,
+    replies: &[String],
+) -> (Vec<Message>, Vec<usize>, String) {
+    let mut messages = vec![Message::user("go")];
+    let mut offered_counts = Vec::new();
+    let mut next = replies.iter();
+    let answer = reply_with_tools(
+        toolbox,
+        approvals,
+        &mut messages,
+        hooks,
+        |_messages, offered: &[Value]| {
+            offered_counts.push(offered.len());
+            Ok(next.next().cloned().unwrap_or_else(|| "done".into()))
+        },
+        |text: &String| text.as_str(),
+    )
+    .unwrap();
+    (messages, offered_counts, answer)
+}
+
+#[test]
+fn a_result_goes_back_to_the_model_as_a_tool_turn_and_the_reply_goes_on() {
+    let toolbox = toolbox(8);
+    let mut hooks = Scripted { answers: vec![Decision::Once], asked: 0, done: vec![] };
+    let replies = [format!("Let me echo.\n{}", echo_call("hello")), "It said hello.".into()];
+    let (messages, offered, answer) = run(&toolbox, &mut Approvals::default(), &mut hooks, &replies);
+    assert_eq!(answer, "It said hello.");
+    assert_eq!(offered, [1, 1]);
+    assert_eq!(messages.len(), 3);
+    assert_eq!((&messages[1].role, messages[1].content.as_str()), (&Role::Assistant, "Let me echo."));
+    assert_eq!(messages[1].tool_calls[0].function.arguments["text"], "hello");
+    assert_eq!((&messages[2].role, messages[2].content.as_str()), (&Role::Tool, "hello"));
+    assert_eq!(messages[2].tool_call_id.as_deref(), Some(messages[1].tool_calls[0].id.as_str()));
+}
+
+#[test]
+fn calls_past_the_limit_are_not_run_and_the_model_then_answers_without_tools() {
+    let toolbox = toolbox(2);
+    let mut hooks = Scripted { answers: vec![Decision::Always], asked: 0, done: vec![] };
+    let three: String = (0..3).map(|i| echo_call(&format!("n{i}"))).collect();
+    let replies = [three, echo_call("n3"), "answer".into()];
+    let (messages, offered, answer) = run(&toolbox, &mut Approvals::default(), &mut hooks, &replies);
+    // Always: asked once, then run without asking; the third call is past the limit.
+    assert_eq!(hooks.asked, 1);
+    assert!(matches!(&hooks.done[1], Outcome::Ran { text, .. } if text == "n1"));
+    assert!(matches!(&hooks.done[2], Outcome::Skipped { reason } if reason.contains("limit of 2 tool calls")));
+    assert!(messages.last().unwrap().content.starts_with("Not run: this reply made its limit"));
+    // The next reply is offered no tools: what it writes is the answer, call-shaped or not.
+    assert_eq!(offered, [1, 0]);
+    assert_eq!(answer, echo_call("n3"));
+}
+
+#[test]
+fn a_denied_tool_is_withdrawn_for_the_rest_of_the_reply_and_the_model_is_told() {
+    let toolbox = toolbox(8);
+    let mut hooks = Scripted { answers: vec![Decision::Deny], asked: 0, done: vec![] };
+    let replies = [echo_call("x"), echo_call("x")];
+    let (messages, offered, answer) = run(&toolbox, &mut Approvals::default(), &mut hooks, &replies);
+    assert_eq!(hooks.done, [Outcome::Denied]);
+    assert_eq!(messages[2].content, "The user denied this call; it did not run.");
+    // Offered no tools, the second call text is not read as a call: it is the answer.
+    assert_eq!(offered, [1, 0]);
+    assert_eq!(answer, echo_call("x"));
+}
