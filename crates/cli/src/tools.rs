@@ -62,7 +62,7 @@ impl Tools {
         messages: &mut Vec<Message>,
         reply: impl FnMut(&[Message], &[serde_json::Value]) -> Result<Generation, String>,
     ) -> Result<Generation, String> {
-        let mut hooks = TerminalHooks { allow_all: self.allow_all };
+        let mut hooks = TerminalHooks { allow_all: self.allow_all, asked: false };
         reply_with_tools(&self.toolbox, &mut self.approvals, messages, &mut hooks, reply, |g| &g.text)
     }
 }
@@ -70,12 +70,15 @@ impl Tools {
 /// Asks on the terminal (stderr, an answer line from stdin) and prints calls and results.
 struct TerminalHooks {
     allow_all: bool,
+    /// The call being shown was asked about (its line is out, after the reply's text).
+    asked: bool,
 }
 
 impl Hooks for TerminalHooks {
     fn decide(&mut self, call: &PendingCall) -> Decision {
         println!();
         eprintln!("{}", describe(call));
+        self.asked = true;
         if self.allow_all {
             return Decision::Once;
         }
@@ -96,6 +99,10 @@ impl Hooks for TerminalHooks {
     }
 
     fn on_done(&mut self, call: &PendingCall, outcome: &Outcome) {
+        if !std::mem::take(&mut self.asked) {
+            // Not asked about (not run): the reply's text may end mid-line.
+            println!();
+        }
         let line = match outcome {
             Outcome::Ran { text, is_error, cut_from, ms } => {
                 let shown: String = text.chars().take(400).collect();

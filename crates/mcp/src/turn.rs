@@ -1,7 +1,9 @@
 //! One reply with tools: the model replies; each tool call it writes is approved (or not), run
 //! and answered with its result; the model replies again with the results in its prompt; and
 //! so on until it answers without a call. Bounded: at most [`Limits::max_calls_per_reply`]
-//! calls, after which the model is asked to answer with no tools offered.
+//! calls, after which the model is asked to answer with no tools offered; a call the user
+//! denied, or one repeated with the same arguments, withdraws its tool for the rest of the
+//! reply (small models otherwise loop on it).
 //!
 //! [`Limits::max_calls_per_reply`]: crate::Limits::max_calls_per_reply
 
@@ -91,7 +93,9 @@ pub fn reply_with_tools<R>(
 ) -> Result<R, String> {
     let max_calls = toolbox.limits().max_calls_per_reply;
     let mut offered = toolbox.offered();
-    let mut denied: HashSet<String> = HashSet::new();
+    // Tools no longer offered in this reply: denied, or called again with the same arguments.
+    let mut withdrawn: HashSet<String> = HashSet::new();
+    let mut answered: HashSet<(String, String)> = HashSet::new();
     let mut made = 0;
     loop {
         let answer = reply(messages, &offered)?;
@@ -104,21 +108,25 @@ pub fn reply_with_tools<R>(
         made += pending.len();
         messages.push(assistant_calls(parsed.content, &pending));
         for (index, call) in pending.iter().enumerate() {
-            let outcome = match made - pending.len() + index < max_calls {
-                true => run_call(toolbox, approvals, hooks, call),
-                false => Outcome::Skipped { reason: format!("this reply made its limit of {max_calls} tool calls") },
+            let repeated = !answered.insert((call.tool.clone(), call.arguments.to_string()));
+            let outcome = if made - pending.len() + index >= max_calls {
+                Outcome::Skipped { reason: format!("this reply made its limit of {max_calls} tool calls") }
+            } else if repeated {
+                Outcome::Skipped { reason: "the same call already ran in this reply; its result is above".into() }
+            } else {
+                run_call(toolbox, approvals, hooks, call)
             };
-            if outcome == Outcome::Denied {
-                denied.insert(call.tool.clone());
+            if outcome == Outcome::Denied || repeated {
+                withdrawn.insert(call.tool.clone());
             }
             hooks.on_done(call, &outcome);
             let mut result = Message::new(Role::Tool, outcome.for_model());
             result.tool_call_id = Some(call.id.clone());
             messages.push(result);
         }
-        // A denied tool is no longer offered in this reply (small models call it again and
-        // again otherwise); spent calls leave the model to answer with what it has.
-        offered.retain(|t| t.pointer("/function/name").and_then(Value::as_str).is_some_and(|n| !denied.contains(n)));
+        // A denied or repeated tool is no longer offered in this reply (small models call it
+        // again and again otherwise); spent calls leave the model to answer with what it has.
+        offered.retain(|t| t.pointer("/function/name").and_then(Value::as_str).is_some_and(|n| !withdrawn.contains(n)));
         if made >= max_calls {
             offered.clear();
         }

@@ -101,6 +101,17 @@ fn calls_past_the_limit_are_not_run_and_the_model_then_answers_without_tools() {
 }
 
 #[test]
+fn a_call_repeated_with_the_same_arguments_is_not_run_again_and_its_tool_is_withdrawn() {
+    let toolbox = toolbox(8);
+    let mut hooks = Scripted { answers: vec![Decision::Always], asked: 0, done: vec![] };
+    let replies = [echo_call("x"), echo_call("x"), "answer".into()];
+    let (messages, offered, answer) = run(&toolbox, &mut Approvals::default(), &mut hooks, &replies);
+    assert!(matches!(&hooks.done[1], Outcome::Skipped { reason } if reason.contains("already ran")));
+    assert!(messages[4].content.contains("its result is above"), "{messages:?}");
+    assert_eq!((offered.as_slice(), answer.as_str()), ([1, 1, 0].as_slice(), "answer"));
+}
+
+#[test]
 fn a_denied_tool_is_withdrawn_for_the_rest_of_the_reply_and_the_model_is_told() {
     let toolbox = toolbox(8);
     let mut hooks = Scripted { answers: vec![Decision::Deny], asked: 0, done: vec![] };
