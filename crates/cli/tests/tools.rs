@@ -1,6 +1,7 @@
-//! `specula generate --mcp-config`: the 1.5B coder pair calls a tool of a real MCP server
-//! (tests/mcp/arith_server.py, written with the official Python SDK, over stdio); Allow runs
-//! it and the answer uses its result; Deny runs nothing and the model is told so.
+//! `--mcp-config`: the 1.5B coder pair calls a tool of a real MCP server
+//! (tests/mcp/arith_server.py, written with the official Python SDK, over stdio). In
+//! `generate`, allowed, it runs and the answer uses its result; in `chat` (the engine
+//! service's path), denied, nothing runs and the model is told so.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -43,10 +44,10 @@ fn config(dir: &tempfile::TempDir) -> String {
 
 const PROMPT: &str = "Add 1234 and 5678 with the add tool, then tell me the result in a sentence.";
 
-fn generate(extra: &[&str], stdin: &str) -> Output {
+fn run(command: &str, extra: &[&str], stdin: &str) -> Output {
     let dir = tempfile::tempdir().unwrap();
     let mut args = vec![
-        "generate".to_string(),
+        command.to_string(),
         "--model".into(),
         model("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"),
         "--draft".into(),
@@ -57,8 +58,6 @@ fn generate(extra: &[&str], stdin: &str) -> Output {
         "60".into(),
         "--mcp-config".into(),
         config(&dir),
-        "--prompt".into(),
-        PROMPT.into(),
     ];
     args.extend(extra.iter().map(|a| a.to_string()));
     let mut child = Command::new(env!("CARGO_BIN_EXE_specula"))
@@ -74,7 +73,7 @@ fn generate(extra: &[&str], stdin: &str) -> Output {
 
 #[test]
 fn allowed_the_call_runs_and_the_answer_uses_its_result() {
-    let out = generate(&["--allow-tools"], "");
+    let out = run("generate", &["--allow-tools", "--prompt", PROMPT], "");
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("MCP server `arith`: add, multiply"), "{stderr}");
@@ -87,7 +86,8 @@ fn allowed_the_call_runs_and_the_answer_uses_its_result() {
 
 #[test]
 fn denied_the_call_does_not_run_and_the_model_is_told() {
-    let out = generate(&[], "n\n");
+    // The chat's turn, the answer to the question about the call, and an empty line to end.
+    let out = run("chat", &[], &format!("{PROMPT}\nn\n\n"));
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("Run it? [y] once, [a] always for this tool, [n] no"), "{stderr}");
