@@ -98,6 +98,9 @@ test('a reply streams with provenance classes, the speedup and a summary', async
   assert.ok(sources.every((s) => ['accepted', 'resampled', 'bonus', 'target'].includes(s)));
   const title = await lastReply().locator('.tok.src-accepted').first().getAttribute('title');
   assert.match(title, /draft accepted · p \d\.\d{3} · q \d\.\d{3} · accept min\(1, p\/q\) = \d\.\d{3}/);
+  // The code block reads as code and keeps its provenance: syntax colours inside the token spans.
+  const keywords = await lastReply().locator('pre .tok .hljs-keyword').allTextContents();
+  assert.ok(keywords.includes('def') || keywords.includes('return'), `keywords coloured: ${keywords}`);
   assert.match(await page.textContent('[data-figure="speedup"]'), /^\d+\.\d\dx$/);
   assert.match(await page.textContent('#summary'), /(faster than plain|of plain)/);
   assert.match(await lastReply().locator('.reply-summary').textContent(), /accepted.*draft model · k 4 · greedy/);

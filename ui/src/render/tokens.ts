@@ -1,8 +1,9 @@
-// The provenance view of a reply: one span per token, coloured by where it came from.
-// Fenced code stays in <pre> blocks (with a copy button) so code keeps its shape; syntax
-// colours are left to the plain-reading view, because provenance colours use the same pixels.
+// The provenance view of a reply: one span per token, its background coloured by where it
+// came from. Fenced code stays in <pre> blocks (with a copy button) so code keeps its shape,
+// and its text takes syntax colours (highlight.ts) once the block is closed.
 
 import type { Source, TokenEvent } from '../api/types';
+import { colourCodeBlock } from './highlight';
 
 export const SOURCE_LABELS: Record<Source, string> = {
   accepted: 'draft accepted',
@@ -102,6 +103,8 @@ export class FenceScanner {
 /** Where each piece of a reply goes: `newBlock` starts a text or code block before it. */
 export interface PieceSink {
   piece(piece: Piece, code: boolean, newBlock: boolean): void;
+  /** The reply is complete. */
+  finish?(): void;
 }
 
 /**
@@ -132,6 +135,7 @@ export class TokenLayout {
   finish(): void {
     this.fences.finish();
     this.place();
+    this.sink.finish?.();
   }
 
   private place(): void {
@@ -201,6 +205,8 @@ export function codeOf(blockText: string): string {
  *  a copy button per code block, a span per piece. */
 export class TokenDom implements PieceSink {
   private container: Node | null = null;
+  /** The code block being drawn: coloured when the next block starts or the reply ends. */
+  private code: HTMLElement | null = null;
 
   constructor(
     private readonly root: Node,
@@ -208,8 +214,16 @@ export class TokenDom implements PieceSink {
   ) {}
 
   piece(piece: Piece, code: boolean, newBlock: boolean): void {
-    if (newBlock || !this.container) this.container = this.block(code);
+    if (newBlock || !this.container) {
+      this.finish();
+      this.container = this.block(code);
+    }
     this.container.appendChild(tokenSpan(this.doc, piece));
+  }
+
+  finish(): void {
+    if (this.code) colourCodeBlock(this.code, this.doc);
+    this.code = null;
   }
 
   private block(code: boolean): Node {
@@ -225,6 +239,7 @@ export class TokenDom implements PieceSink {
     // The button copies the block as it is when clicked: it is drawn before the block ends.
     pre.append(inner, copyButton(this.doc, () => codeOf(inner.textContent ?? '')));
     this.root.appendChild(pre);
+    this.code = inner;
     return inner;
   }
 }
