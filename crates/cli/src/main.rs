@@ -1,6 +1,7 @@
 //! `specula`: generate, chat, tokenize and bench with exact speculative decoding.
 //! The first client of every engine feature.
 
+mod attach;
 mod bench;
 mod chats;
 mod device_check;

@@ -40,7 +40,9 @@ pub fn try_generate(args: &GenerateArgs) -> Option<CliResult> {
             return Err("--raw needs a local model: a remote takes chat messages".into());
         }
         let mut messages: Vec<Message> = args.system.iter().map(Message::system).collect();
-        messages.push(Message::user(user_prompt(args)?));
+        // Files go inlined; the remote, whose tokenizer this side lacks, refuses what is too long.
+        let files = crate::attach::read_all(&args.attach)?;
+        messages.push(Message::user(specula_attach::inline(&user_prompt(args)?, &files)));
         generate(&remote, &model, &messages, &args.sampling, args.json)
     };
     args.remote.remote.is_some().then(reply)

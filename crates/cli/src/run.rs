@@ -40,6 +40,10 @@ pub struct GenerateArgs {
     /// Use the prompt as it is, without the chat template.
     #[arg(long)]
     pub raw: bool,
+    /// Attach a file to the message (repeatable): text, code, Markdown, CSV, JSON or PDF,
+    /// inlined under its name; refused with its token count when it would not fit.
+    #[arg(long, value_name = "FILE", conflicts_with = "raw")]
+    pub attach: Vec<PathBuf>,
     /// Print one JSON object when done instead of streaming text.
     #[arg(long)]
     pub json: bool,
@@ -195,7 +199,8 @@ pub fn user_prompt(args: &GenerateArgs) -> Result<String, String> {
 }
 
 pub fn generate(args: GenerateArgs) -> CliResult {
-    let user = user_prompt(&args)?;
+    let files = crate::attach::read_all(&args.attach)?;
+    let user = specula_attach::inline(&user_prompt(&args)?, &files);
     if args.raw && args.tools.mcp_config.is_some() {
         return Err("--mcp-config needs the chat template, which --raw leaves out".into());
     }
@@ -209,6 +214,7 @@ pub fn generate(args: GenerateArgs) -> CliResult {
     let render = RenderOptions::default();
     let mut messages: Vec<Message> = args.system.iter().map(Message::system).collect();
     messages.push(Message::user(user));
+    crate::attach::check_fit(&session, &messages, &files)?;
     let options = options(&args.sampling);
     let overflow = args.model.overflow;
     let reply_to = |session: &mut Session, to: ReplyTo| {
