@@ -46,6 +46,8 @@ impl Toolbox {
     /// Start every server (all at once, each within its limits) and list its tools; a server
     /// that fails stays in the status with its reason, and the others work.
     pub fn start(specs: Vec<ServerSpec>, limits: Limits) -> std::io::Result<Self> {
+        // The HTTP client's TLS takes the process's provider; another part may have set one.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let runtime =
             tokio::runtime::Builder::new_multi_thread().worker_threads(1).thread_name("mcp").enable_all().build()?;
         let servers: Vec<Arc<Server>> =
