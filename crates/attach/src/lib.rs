@@ -45,18 +45,18 @@ pub fn read(name: &str, bytes: &[u8]) -> Result<Attachment, String> {
     Ok(Attachment { name: name.to_string(), kind: Kind::Text { language: language(name) }, bytes: bytes.len(), text })
 }
 
-/// Read a file from disk, named by its file name.
+/// Read a file from disk, named by its file name: a regular file only (a device, a pipe or a
+/// `/proc` file says size 0 and may never end), and never more than [`MAX_FILE_BYTES`] of it.
 pub fn read_path(path: &std::path::Path) -> Result<Attachment, String> {
+    use std::io::Read;
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| path.display().to_string());
-    let size = std::fs::metadata(path).map_err(|e| format!("{name}: {e}"))?.len();
-    if size > MAX_FILE_BYTES as u64 {
-        return Err(format!(
-            "{name}: {} is too large to attach (at most {})",
-            self::size(size as usize),
-            self::size(MAX_FILE_BYTES)
-        ));
+    let file = std::fs::File::open(path).map_err(|e| format!("{name}: {e}"))?;
+    let metadata = file.metadata().map_err(|e| format!("{name}: {e}"))?;
+    if !metadata.is_file() {
+        return Err(format!("{name}: not a regular file (a folder, device or pipe cannot be attached)"));
     }
-    let bytes = std::fs::read(path).map_err(|e| format!("{name}: {e}"))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES as u64 + 1).read_to_end(&mut bytes).map_err(|e| format!("{name}: {e}"))?;
     read(&name, &bytes)
 }
 
@@ -161,6 +161,13 @@ mod tests {
         assert!(read("u16.txt", b"\xFF\xFEh\0i\0").unwrap_err().contains("UTF-16"));
         let broken = read("broken.pdf", b"%PDF-1.7\nthis is not really a pdf").unwrap_err();
         assert!(broken.starts_with("broken.pdf: this PDF could not be read"), "{broken}");
+    }
+
+    #[test]
+    fn devices_and_folders_are_refused_without_reading_them() {
+        let zero = read_path(std::path::Path::new("/dev/zero")).unwrap_err();
+        assert_eq!(zero, "zero: not a regular file (a folder, device or pipe cannot be attached)");
+        assert!(read_path(std::path::Path::new("/tmp")).unwrap_err().contains("not a regular file"));
     }
 
     #[test]

@@ -205,7 +205,7 @@ pub fn generate(args: GenerateArgs) -> CliResult {
         return Err("--mcp-config needs the chat template, which --raw leaves out".into());
     }
     let mut session = open_session(&args.model)?;
-    let mut tools = args.tools.open()?;
+    let mut tools = args.tools.open(!args.json)?;
     let decoding = decoding(&args.model, args.k, &session);
     let raw = match args.raw {
         true => session.target.tokenizer.encode(&user).map_err(|e| e.to_string())?,
@@ -250,7 +250,7 @@ pub fn chat(args: ChatArgs) -> CliResult {
         ServiceConfig { max_queue: 1, default_k: args.k, default_drafter: args.model.drafter, ..Default::default() };
     let engine = EngineHandle::spawn(session, config);
     let options = options(&args.sampling);
-    let mut tools = args.tools.open()?;
+    let mut tools = args.tools.open(true)?;
     let reply = |messages: &[Message], offered: &[serde_json::Value]| {
         let mut request = Request::new(Prompt::Chat(messages.to_vec()), options.clone());
         request.overflow = args.model.overflow;

@@ -29,12 +29,14 @@ pub struct Tools {
     toolbox: Toolbox,
     approvals: Approvals,
     allow_all: bool,
+    /// The reply streams to stdout as text (not `--json`): a call's lines start on a new line.
+    streamed: bool,
 }
 
 impl ToolArgs {
     /// Start the configured servers (`None` without `--mcp-config`); each one's tools, or why
-    /// it has none, is said on stderr.
-    pub fn open(&self) -> Result<Option<Tools>, String> {
+    /// it has none, is said on stderr. `streamed`: the reply's text goes to stdout as it comes.
+    pub fn open(&self, streamed: bool) -> Result<Option<Tools>, String> {
         let Some(path) = &self.mcp_config else { return Ok(None) };
         let specs = specula_mcp::read_config(path)?;
         let mut limits = Limits::default();
@@ -51,7 +53,7 @@ impl ToolArgs {
                 eprintln!("MCP server `{}`: {}", printable(&server.name), printable(notice));
             }
         }
-        Ok(Some(Tools { toolbox, approvals: Approvals::default(), allow_all: self.allow_tools }))
+        Ok(Some(Tools { toolbox, approvals: Approvals::default(), allow_all: self.allow_tools, streamed }))
     }
 }
 
@@ -62,7 +64,7 @@ impl Tools {
         messages: &mut Vec<Message>,
         reply: impl FnMut(&[Message], &[serde_json::Value]) -> Result<Generation, String>,
     ) -> Result<Generation, String> {
-        let mut hooks = TerminalHooks { allow_all: self.allow_all, asked: false };
+        let mut hooks = TerminalHooks { allow_all: self.allow_all, asked: false, streamed: self.streamed };
         reply_with_tools(&self.toolbox, &mut self.approvals, messages, &mut hooks, reply, |g| &g.text)
     }
 }
@@ -72,11 +74,21 @@ struct TerminalHooks {
     allow_all: bool,
     /// The call being shown was asked about (its line is out, after the reply's text).
     asked: bool,
+    streamed: bool,
+}
+
+impl TerminalHooks {
+    /// End the reply's last line on stdout, where the reply streams (never before `--json`).
+    fn end_line(&self) {
+        if self.streamed {
+            println!();
+        }
+    }
 }
 
 impl Hooks for TerminalHooks {
     fn decide(&mut self, call: &PendingCall) -> Decision {
-        println!();
+        self.end_line();
         eprintln!("{}", describe(call));
         self.asked = true;
         if self.allow_all {
@@ -101,7 +113,7 @@ impl Hooks for TerminalHooks {
     fn on_done(&mut self, call: &PendingCall, outcome: &Outcome) {
         if !std::mem::take(&mut self.asked) {
             // Not asked about (not run): the reply's text may end mid-line.
-            println!();
+            self.end_line();
         }
         let line = match outcome {
             Outcome::Ran { text, is_error, cut_from, ms } => {

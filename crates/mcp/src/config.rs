@@ -33,6 +33,8 @@ impl fmt::Debug for ServerSpec {
             }
             Endpoint::Http { url, headers } => {
                 let names: Vec<&String> = headers.keys().collect();
+                // A query may carry a key (`?api_key=...`).
+                let url = url.split_once('?').map_or(url.as_str(), |(path, _)| path);
                 write!(f, "{}: {url} (headers {names:?})", self.name)
             }
         }
@@ -73,7 +75,8 @@ pub fn parse(text: &str) -> Result<Vec<ServerSpec>, String> {
         .map_err(|e| format!("not an mcp.json file ({e}); expected {{\"mcpServers\": {{\"name\": {{...}}}}}}"))?;
     let mut specs = Vec::new();
     for (name, value) in file.servers {
-        let entry: Entry = serde_json::from_value(value).map_err(|e| format!("MCP server `{name}`: {e}"))?;
+        let entry: Entry = serde_json::from_value(value)
+            .map_err(|e| format!("MCP server `{name}`: {}", without_values(&e.to_string())))?;
         if entry.disabled {
             continue;
         }
@@ -81,6 +84,28 @@ pub fn parse(text: &str) -> Result<Vec<ServerSpec>, String> {
         specs.push(ServerSpec { name, endpoint });
     }
     Ok(specs)
+}
+
+/// Serde's message without the values it quotes (a header written as a string would be
+/// quoted whole, key and all): `invalid type: string "…", expected a map`.
+fn without_values(message: &str) -> String {
+    let mut out = String::new();
+    let mut quoted = false;
+    for c in message.chars() {
+        match (c, quoted) {
+            ('"', false) => {
+                out.push_str("\"…");
+                quoted = true;
+            }
+            ('"', true) => {
+                out.push('"');
+                quoted = false;
+            }
+            (c, false) => out.push(c),
+            (_, true) => {}
+        }
+    }
+    out
 }
 
 fn endpoint(entry: Entry) -> Result<Endpoint, String> {
@@ -126,6 +151,11 @@ mod tests {
         // The key never reaches a log line.
         let logged = format!("{:?}", specs[1]);
         assert!(logged.contains("Authorization") && !logged.contains("sk-secret"), "{logged}");
+        let with_query = ServerSpec {
+            name: "q".into(),
+            endpoint: Endpoint::Http { url: "https://x/mcp?api_key=sk-2".into(), headers: Default::default() },
+        };
+        assert!(!format!("{with_query:?}").contains("sk-2"));
     }
 
     #[test]
@@ -136,6 +166,11 @@ mod tests {
             (r#"{"mcpServers": {"c": {"command": "x", "url": "http://y"}}}"#, "`c`: give `command` or `url`"),
             (r#"{"mcpServers": {"d": {"url": "ftp://y"}}}"#, "`d`: `ftp://y` is not"),
             (r#"{"mcpServers": {"e": {"command": "x", "args": "y"}}}"#, "`e`: invalid type"),
+            // The value is not echoed: a header written as a string would be the key itself.
+            (
+                r#"{"mcpServers": {"f": {"url": "https://x", "headers": "Bearer sk-1"}}}"#,
+                "string \"…\", expected a map",
+            ),
             (r#"{"servers": []}"#, "not an mcp.json file"),
             ("not json", "not an mcp.json file"),
         ] {

@@ -46,6 +46,12 @@ impl Default for Limits {
     }
 }
 
+/// Pages of `tools/list` read at most: a server that pages for ever is cut off there.
+const MAX_PAGES: usize = 16;
+/// A tool's schema and description, each, at most: all of it is prompt text in every reply.
+const MAX_SCHEMA_BYTES: usize = 16 << 10;
+const MAX_DESCRIPTION_BYTES: usize = 4 << 10;
+
 /// A tool as its server lists it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListedTool {
@@ -97,20 +103,58 @@ impl Connection {
         }
     }
 
-    /// Its tools, at most `limits.max_tools` of them; the count it listed, when more.
-    pub async fn tools(&self, limits: &Limits) -> Result<(Vec<ListedTool>, Option<usize>), String> {
-        let listed = self.bounded(limits.list, "listing its tools", self.service.list_all_tools()).await?;
+    /// Its tools, at most `limits.max_tools` of them (pages are read until there are that
+    /// many, at most [`MAX_PAGES`]), and a notice of what was left out: tools past the limit,
+    /// and tools whose description or schema is larger than a prompt should carry.
+    pub async fn tools(&self, limits: &Limits) -> Result<(Vec<ListedTool>, Option<String>), String> {
+        let (listed, more) = self.bounded(limits.list, "listing its tools", self.list_pages(limits.max_tools)).await?;
         let count = listed.len();
-        let tools = listed
+        let (fitting, oversized): (Vec<ListedTool>, Vec<ListedTool>) = listed
             .into_iter()
-            .take(limits.max_tools)
             .map(|tool| ListedTool {
                 name: tool.name.to_string(),
                 description: tool.description.map(|d| d.to_string()).unwrap_or_default(),
                 schema: Value::Object((*tool.input_schema).clone()),
             })
-            .collect();
-        Ok((tools, (count > limits.max_tools).then_some(count)))
+            .partition(|t| {
+                t.schema.to_string().len() <= MAX_SCHEMA_BYTES && t.description.len() <= MAX_DESCRIPTION_BYTES
+            });
+        let tools: Vec<ListedTool> = fitting.into_iter().take(limits.max_tools).collect();
+        let mut notices = Vec::new();
+        if more || count - oversized.len() > tools.len() {
+            let listed = if more { format!("more than {count}") } else { count.to_string() };
+            notices.push(format!(
+                "it lists {listed} tools; the first {} are offered (each one's schema is prompt text)",
+                tools.len()
+            ));
+        }
+        if !oversized.is_empty() {
+            let names: Vec<&str> = oversized.iter().take(5).map(|t| t.name.as_str()).collect();
+            notices.push(format!(
+                "{} left out: a description over {} KB or a schema over {} KB ({})",
+                oversized.len(),
+                MAX_DESCRIPTION_BYTES >> 10,
+                MAX_SCHEMA_BYTES >> 10,
+                names.join(", ")
+            ));
+        }
+        Ok((tools, (!notices.is_empty()).then(|| notices.join("; "))))
+    }
+
+    /// Tools page by page until `enough`; whether the server had more.
+    async fn list_pages(&self, enough: usize) -> Result<(Vec<rmcp::model::Tool>, bool), rmcp::ServiceError> {
+        let mut tools = Vec::new();
+        let mut cursor = None;
+        for _ in 0..MAX_PAGES {
+            let params = rmcp::model::PaginatedRequestParams::default().with_cursor(cursor);
+            let page = self.service.list_tools(Some(params)).await?;
+            tools.extend(page.tools);
+            cursor = page.next_cursor;
+            if cursor.is_none() || tools.len() > enough {
+                break;
+            }
+        }
+        Ok((tools, cursor.is_some()))
     }
 
     /// Call `tool` with `arguments` (a JSON object), within `limits.call`; the result's text
@@ -131,8 +175,10 @@ impl Connection {
     }
 
     /// The connection is gone (the server exited or was cut off): the next use reconnects.
+    /// (`RunningService::is_closed` stays false when the server's side ends; the peer's
+    /// channel closes with the connection's task.)
     pub fn is_closed(&self) -> bool {
-        self.service.is_closed()
+        self.service.is_closed() || self.service.peer().is_transport_closed()
     }
 
     async fn bounded<T, E: std::fmt::Display>(
@@ -182,7 +228,7 @@ fn http_transport(
 /// which tell a person nothing.
 fn without_type_names(error: &dyn std::fmt::Display) -> String {
     let text = error.to_string();
-    let Some(start) = text.find(" [") else { return text };
+    let Some(start) = text.find(" [rmcp::") else { return text };
     let mut depth = 0;
     for (at, c) in text[start + 1..].char_indices() {
         match c {
@@ -256,6 +302,8 @@ mod tests {
         let error = "Send message error Transport [rmcp::W<rmcp::S<reqwest::C>>] error: HTTP 401 Unauthorized";
         assert_eq!(without_type_names(&error), "Send message error Transport error: HTTP 401 Unauthorized");
         assert_eq!(without_type_names(&"plain [unclosed"), "plain [unclosed");
+        // A server's own brackets stay.
+        assert_eq!(without_type_names(&"bad input [line 3]"), "bad input [line 3]");
     }
 
     #[test]

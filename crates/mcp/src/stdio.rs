@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
@@ -65,9 +65,12 @@ pub struct ChildTransport {
 }
 
 impl ChildTransport {
-    /// Start `command`; its stderr is read into the faults' tail, never onto ours.
+    /// Start `command` in a process group of its own (a wrapper such as `npx` and the server it
+    /// starts go together); its stderr is read into the faults' tail, never onto ours.
     pub fn spawn(mut command: Command, max_message: usize) -> std::io::Result<(Self, SharedFaults)> {
         command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+        #[cfg(unix)]
+        command.process_group(0);
         let mut child = command.spawn()?;
         let (Some(stdin), Some(stdout), Some(stderr)) = (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
@@ -90,14 +93,34 @@ impl ChildTransport {
     }
 }
 
-async fn keep_stderr_tail(stderr: tokio::process::ChildStderr, faults: SharedFaults) {
-    let mut lines = BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
+/// Keep the last [`STDERR_TAIL`] bytes the server writes on stderr, reading to its end (a pipe
+/// left unread would block the server, or kill it with SIGPIPE once closed).
+async fn keep_stderr_tail(mut stderr: tokio::process::ChildStderr, faults: SharedFaults) {
+    let mut chunk = [0u8; 4096];
+    while let Ok(read @ 1..) = stderr.read(&mut chunk).await {
         Faults::note(&faults, |f| {
-            f.stderr.extend(line.bytes().chain([b'\n']));
+            f.stderr.extend(&chunk[..read]);
             let excess = f.stderr.len().saturating_sub(STDERR_TAIL);
             f.stderr.drain(..excess);
         });
+    }
+}
+
+impl ChildTransport {
+    /// Kill the server's whole process group (the wrapper and what it started).
+    fn kill_group(&mut self) {
+        #[cfg(unix)]
+        if let Some(pid) = self.child.id() {
+            // SAFETY: kill(2) with a negative pid signals that process group; no memory is touched.
+            unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
+        }
+        let _ = self.child.start_kill();
+    }
+}
+
+impl Drop for ChildTransport {
+    fn drop(&mut self) {
+        self.kill_group();
     }
 }
 
@@ -152,6 +175,8 @@ impl Transport<RoleClient> for ChildTransport {
     }
 
     async fn close(&mut self) -> Result<(), Self::Error> {
-        self.child.kill().await
+        self.kill_group();
+        let _ = self.child.wait().await;
+        Ok(())
     }
 }

@@ -73,17 +73,12 @@ impl Toolbox {
         Ok(toolbox)
     }
 
-    fn add_listing(&mut self, server: &str, listing: Result<(Vec<ListedTool>, Option<usize>), String>) {
+    fn add_listing(&mut self, server: &str, listing: Result<(Vec<ListedTool>, Option<String>), String>) {
         let mut status = ServerStatus { name: server.to_string(), tools: Vec::new(), error: None, notice: None };
         match listing {
             Err(why) => status.error = Some(why),
-            Ok((tools, listed)) => {
-                if let Some(count) = listed {
-                    status.notice = Some(format!(
-                        "it lists {count} tools; the first {} are offered (each one's schema is prompt text)",
-                        tools.len()
-                    ));
-                }
+            Ok((tools, notice)) => {
+                status.notice = notice;
                 for tool in tools {
                     let offered_name = self.unique_name(server, &tool.name);
                     status.tools.push(offered_name.clone());
@@ -181,7 +176,7 @@ impl Server {
         Ok(connection)
     }
 
-    async fn list(&self, limits: &Limits) -> Result<(Vec<ListedTool>, Option<usize>), String> {
+    async fn list(&self, limits: &Limits) -> Result<(Vec<ListedTool>, Option<String>), String> {
         let connection = self.connected(limits).await?;
         connection.as_ref().ok_or("not connected")?.tools(limits).await
     }

@@ -98,19 +98,28 @@ pub fn reply_with_tools<R>(
     let mut answered: HashSet<(String, String)> = HashSet::new();
     let mut made = 0;
     loop {
+        if hooks.cancelled() {
+            return Err("cancelled".into());
+        }
         let answer = reply(messages, &offered)?;
         let names: Vec<&str> = offered.iter().filter_map(|t| t.pointer("/function/name")?.as_str()).collect();
         let parsed = tool_calls::parse(text(&answer), &names);
         if parsed.calls.is_empty() || hooks.cancelled() {
             return Ok(answer);
         }
-        let pending: Vec<PendingCall> = parsed.calls.iter().map(|call| pending_call(toolbox, call, made)).collect();
+        let first = made;
+        let pending: Vec<PendingCall> =
+            parsed.calls.iter().enumerate().map(|(i, call)| pending_call(toolbox, call, first + i)).collect();
         made += pending.len();
         messages.push(assistant_calls(parsed.content, &pending));
         for (index, call) in pending.iter().enumerate() {
             let repeated = !answered.insert((call.tool.clone(), call.arguments.to_string()));
-            let outcome = if made - pending.len() + index >= max_calls {
+            let outcome = if first + index >= max_calls {
                 Outcome::Skipped { reason: format!("this reply made its limit of {max_calls} tool calls") }
+            } else if hooks.cancelled() {
+                Outcome::Skipped { reason: "the reply was stopped".into() }
+            } else if withdrawn.contains(&call.tool) {
+                Outcome::Skipped { reason: "this tool was denied or repeated earlier in this reply".into() }
             } else if repeated {
                 Outcome::Skipped { reason: "the same call already ran in this reply; its result is above".into() }
             } else {
@@ -133,10 +142,11 @@ pub fn reply_with_tools<R>(
     }
 }
 
-fn pending_call(toolbox: &Toolbox, call: &tool_calls::Call, made: usize) -> PendingCall {
+/// The call, numbered `number` in this reply (its id is unique in the reply).
+fn pending_call(toolbox: &Toolbox, call: &tool_calls::Call, number: usize) -> PendingCall {
     let server = toolbox.find(&call.name).map(|t| t.server.clone()).unwrap_or_default();
     let arguments = serde_json::from_str(&call.arguments).unwrap_or(Value::String(call.arguments.clone()));
-    PendingCall { id: format!("call_{made}_{}", call.name), server, tool: call.name.clone(), arguments }
+    PendingCall { id: format!("call_{number}_{}", call.name), server, tool: call.name.clone(), arguments }
 }
 
 fn run_call(toolbox: &Toolbox, approvals: &mut Approvals, hooks: &mut dyn Hooks, call: &PendingCall) -> Outcome {

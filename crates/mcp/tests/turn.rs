@@ -31,6 +31,8 @@ struct Scripted {
     answers: Vec<Decision>,
     asked: usize,
     done: Vec<Outcome>,
+    /// Stop the reply once a call is done.
+    stop_after_a_call: bool,
 }
 
 impl Hooks for Scripted {
@@ -40,6 +42,9 @@ impl Hooks for Scripted {
     }
     fn on_done(&mut self, _call: &PendingCall, outcome: &Outcome) {
         self.done.push(outcome.clone());
+    }
+    fn cancelled(&self) -> bool {
+        self.stop_after_a_call && !self.done.is_empty()
     }
 }
 
@@ -71,7 +76,7 @@ fn run(
 #[test]
 fn a_result_goes_back_to_the_model_as_a_tool_turn_and_the_reply_goes_on() {
     let toolbox = toolbox(8);
-    let mut hooks = Scripted { answers: vec![Decision::Once], asked: 0, done: vec![] };
+    let mut hooks = Scripted { answers: vec![Decision::Once], asked: 0, done: vec![], stop_after_a_call: false };
     let replies = [format!("Let me echo.\n{}", echo_call("hello")), "It said hello.".into()];
     let (messages, offered, answer) = run(&toolbox, &mut Approvals::default(), &mut hooks, &replies);
     assert_eq!(answer, "It said hello.");
@@ -86,13 +91,17 @@ fn a_result_goes_back_to_the_model_as_a_tool_turn_and_the_reply_goes_on() {
 #[test]
 fn calls_past_the_limit_are_not_run_and_the_model_then_answers_without_tools() {
     let toolbox = toolbox(2);
-    let mut hooks = Scripted { answers: vec![Decision::Always], asked: 0, done: vec![] };
+    let mut hooks = Scripted { answers: vec![Decision::Always], asked: 0, done: vec![], stop_after_a_call: false };
     let three: String = (0..3).map(|i| echo_call(&format!("n{i}"))).collect();
     let replies = [three, echo_call("n3"), "answer".into()];
     let (messages, offered, answer) = run(&toolbox, &mut Approvals::default(), &mut hooks, &replies);
     // Always: asked once, then run without asking; the third call is past the limit.
     assert_eq!(hooks.asked, 1);
     assert!(matches!(&hooks.done[1], Outcome::Ran { text, .. } if text == "n1"));
+    // Each call of the batch has its own id, and its result answers that id.
+    let ids: Vec<&str> = messages[1].tool_calls.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(ids, ["call_0_echo", "call_1_echo", "call_2_echo"]);
+    assert_eq!(messages[3].tool_call_id.as_deref(), Some("call_1_echo"));
     assert!(matches!(&hooks.done[2], Outcome::Skipped { reason } if reason.contains("limit of 2 tool calls")));
     assert!(messages.last().unwrap().content.starts_with("Not run: this reply made its limit"));
     // The next reply is offered no tools: what it writes is the answer, call-shaped or not.
@@ -103,7 +112,7 @@ fn calls_past_the_limit_are_not_run_and_the_model_then_answers_without_tools() {
 #[test]
 fn a_call_repeated_with_the_same_arguments_is_not_run_again_and_its_tool_is_withdrawn() {
     let toolbox = toolbox(8);
-    let mut hooks = Scripted { answers: vec![Decision::Always], asked: 0, done: vec![] };
+    let mut hooks = Scripted { answers: vec![Decision::Always], asked: 0, done: vec![], stop_after_a_call: false };
     let replies = [echo_call("x"), echo_call("x"), "answer".into()];
     let (messages, offered, answer) = run(&toolbox, &mut Approvals::default(), &mut hooks, &replies);
     assert!(matches!(&hooks.done[1], Outcome::Skipped { reason } if reason.contains("already ran")));
@@ -114,7 +123,7 @@ fn a_call_repeated_with_the_same_arguments_is_not_run_again_and_its_tool_is_with
 #[test]
 fn a_denied_tool_is_withdrawn_for_the_rest_of_the_reply_and_the_model_is_told() {
     let toolbox = toolbox(8);
-    let mut hooks = Scripted { answers: vec![Decision::Deny], asked: 0, done: vec![] };
+    let mut hooks = Scripted { answers: vec![Decision::Deny], asked: 0, done: vec![], stop_after_a_call: false };
     let replies = [echo_call("x"), echo_call("x")];
     let (messages, offered, answer) = run(&toolbox, &mut Approvals::default(), &mut hooks, &replies);
     assert_eq!(hooks.done, [Outcome::Denied]);
@@ -122,4 +131,27 @@ fn a_denied_tool_is_withdrawn_for_the_rest_of_the_reply_and_the_model_is_told() 
     // Offered no tools, the second call text is not read as a call: it is the answer.
     assert_eq!(offered, [1, 0]);
     assert_eq!(answer, echo_call("x"));
+}
+
+#[test]
+fn a_stopped_reply_runs_no_more_calls_and_asks_the_model_for_nothing_more() {
+    let toolbox = toolbox(8);
+    let mut hooks = Scripted { answers: vec![Decision::Always], asked: 0, done: vec![], stop_after_a_call: true };
+    let mut messages = vec![Message::user("go")];
+    let mut replies = 0;
+    let two = format!("{}{}", echo_call("a"), echo_call("b"));
+    let result = reply_with_tools(
+        &toolbox,
+        &mut Approvals::default(),
+        &mut messages,
+        &mut hooks,
+        |_messages, _offered: &[Value]| {
+            replies += 1;
+            Ok(two.clone())
+        },
+        |text: &String| text.as_str(),
+    );
+    assert_eq!(result.unwrap_err(), "cancelled");
+    assert_eq!(replies, 1);
+    assert!(matches!(&hooks.done[1], Outcome::Skipped { reason } if reason == "the reply was stopped"));
 }

@@ -55,7 +55,15 @@ describe('syntax colours with provenance colours', () => {
     expect(classes[0]).toBe('hljs-keyword');
     expect(classes[4]).toBe('');
     expect(classes[code.length - 1]).toBe('hljs-comment');
-    // An unknown language is guessed, never an error.
-    expect(syntaxClasses('<b>&amp;</b>', 'no-such-language').length).toBe(12);
+    // An unknown language is guessed, never an error; what highlight.js escapes (`<`, `&`)
+    // still lines up character for character.
+    const guessed = syntaxClasses('<b class="x">&amp;</b>', 'no-such-language');
+    expect(guessed.length).toBe(22);
+    expect(guessed.some((c) => c !== '')).toBe(true);
+  });
+
+  it('reads a longer fence and its language', () => {
+    const fragment = renderTokens([tok('````rust\nfn f() {}\n````\n')]);
+    expect(fragment.querySelector('pre .hljs-keyword')?.textContent).toBe('fn');
   });
 });

@@ -37,12 +37,13 @@ export function colourCodeBlock(code: HTMLElement, doc: Document = document): vo
   const spans = Array.from(code.children).filter((c): c is HTMLElement => c.classList.contains('tok'));
   for (const span of spans) if (span.childElementCount) span.textContent = span.textContent;
   const text = spans.map((s) => s.textContent ?? '').join('');
-  const open = text.match(/^[ \t]*```([^\n]*)\n/);
+  // The opening fence's own run of backticks (three or more), then its language.
+  const open = text.match(/^[ \t]*(`{3,})([^\n`]*)\n/);
   if (!open) return;
   const start = open[0].length;
-  const close = text.slice(start).search(/\n?[ \t]*```[ \t]*\n?$/);
+  const close = text.slice(start).search(new RegExp(`\\n?[ \\t]*${open[1]}\`*[ \\t]*\\n?$`));
   const end = close < 0 ? text.length : start + close;
-  const classes = syntaxClasses(text.slice(start, end), open[1].trim().split(/\s+/)[0] ?? '', doc);
+  const classes = syntaxClasses(text.slice(start, end), open[2].trim().split(/\s+/)[0] ?? '', doc);
   let offset = 0;
   for (const span of spans) {
     const piece = span.textContent ?? '';

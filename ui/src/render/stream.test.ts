@@ -131,7 +131,10 @@ describe('the streaming reply', () => {
     let added = 0;
     // A closed code block's tokens take syntax colours once: their text becomes coloured runs
     // inside the same spans. Nothing else may change.
-    const colouring = (r: MutationRecord) => r.target instanceof Element && r.target.matches('pre span.tok');
+    const colouring = (r: MutationRecord) =>
+      r.target instanceof Element &&
+      r.target.matches('pre span.tok') &&
+      [...r.removedNodes].every((n) => n.nodeType === Node.TEXT_NODE);
     const observer = new MutationObserver((records) => {
       for (const r of records.filter((r) => !colouring(r))) {
         removed.push(...r.removedNodes);

@@ -5,10 +5,12 @@ hang     answers the handshake and tools/list, never a call
 huge     answers a call with one 100 MB message
 garbage  answers a call with a line that is not JSON-RPC
 exit     exits in the middle of a call, after a word on stderr
+exit-once  the same the first time it runs (argv[2]: a file it creates then), then behaves
 many     lists 10,000 tools
 well     behaves: `echo` returns its `text` argument (the control case)
 """
 import json
+import os
 import sys
 import time
 
@@ -50,7 +52,9 @@ for line in sys.stdin:
         elif mode == "garbage":
             sys.stdout.write("{this is not json-rpc\n")
             sys.stdout.flush()
-        elif mode == "exit":
+        elif mode == "exit" or (mode == "exit-once" and not os.path.exists(sys.argv[2])):
+            if mode == "exit-once":
+                open(sys.argv[2], "w").close()
             sys.stderr.write("boom: the server fell over\n")
             sys.stderr.flush()
             sys.exit(3)
