@@ -35,6 +35,7 @@ cleanup() {
 trap cleanup EXIT
 mkdir -p "$jail/proc" && mount -t proc proc "$jail/proc" && mounts+=("$jail/proc")
 bind /dev "$jail/dev"
+bind /dev/pts "$jail/dev/pts"
 cp /etc/resolv.conf "$jail/etc/resolv.conf"
 rm -rf "$jail/root/specula" "$jail/root/.cache"
 git clone -q "$root" "$jail/root/specula"
