@@ -3,6 +3,10 @@
 //! `generate`, allowed, it runs and the answer uses its result; in `chat` (the engine
 //! service's path), denied, nothing runs and the model is told so.
 
+#[path = "../../mcp/tests/mcp_python.rs"]
+mod mcp_python;
+
+use mcp_python::{arith_server, mcp_python};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
@@ -20,22 +24,8 @@ fn model(name: &str) -> String {
     path.display().to_string()
 }
 
-/// The Python with the `mcp` SDK (tests/mcp/requirements.txt; scripts/test.sh makes it).
-fn mcp_python() -> String {
-    let python = match std::env::var_os("SPECULA_MCP_PYTHON") {
-        Some(path) => PathBuf::from(path),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/specula/mcp-venv/bin/python"),
-    };
-    assert!(
-        python.exists(),
-        "{} is missing: scripts/test.sh makes it from tests/mcp/requirements.txt",
-        python.display()
-    );
-    python.display().to_string()
-}
-
 fn config(dir: &tempfile::TempDir) -> String {
-    let server = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/mcp/arith_server.py");
+    let server = arith_server();
     let config = serde_json::json!({"mcpServers": {"arith": {"command": mcp_python(), "args": [server, "stdio"]}}});
     let path = dir.path().join("mcp.json");
     std::fs::write(&path, config.to_string()).unwrap();

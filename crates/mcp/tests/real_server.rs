@@ -1,29 +1,14 @@
 //! A real MCP server (tests/mcp/arith_server.py, the official Python SDK) over both
 //! transports: stdio, and Streamable HTTP behind a bearer key.
 
+mod mcp_python;
+
+use mcp_python::{arith_server as server_script, mcp_python as python};
 use serde_json::json;
 use specula_mcp::{Endpoint, Limits, ServerSpec, Toolbox};
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
-
-fn python() -> String {
-    let python = match std::env::var_os("SPECULA_MCP_PYTHON") {
-        Some(path) => PathBuf::from(path),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/specula/mcp-venv/bin/python"),
-    };
-    assert!(
-        python.exists(),
-        "{} is missing: scripts/test.sh makes it from tests/mcp/requirements.txt",
-        python.display()
-    );
-    python.display().to_string()
-}
-
-fn server_script() -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/mcp/arith_server.py").display().to_string()
-}
 
 /// The HTTP server, killed when dropped.
 struct HttpServer(Child);
