@@ -39,6 +39,11 @@ fn main() {
         "add_connection",
         "check_connection",
         "remove_connection",
+        "mcp_status",
+        "import_mcp_servers",
+        "remove_mcp_server",
+        "set_tool_enabled",
+        "decide_tool_call",
     ];
     let attributes = tauri_build::Attributes::new()
         .capabilities_path_pattern("./src-tauri/capabilities/**/*")

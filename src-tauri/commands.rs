@@ -2,11 +2,15 @@
 //! the history is in specula-store, decoding in the engine thread.
 
 use crate::access::{blocking, with_store};
-use crate::engine::ReplyOut;
+use crate::engine::{ChainStop, ReplyOut, Stream};
 use crate::error::{CommandResult, ErrorCode, ErrorInfo};
 use crate::settings::{models_dir, AppSettings, EngineSettings};
+use crate::tools::ToolTurn;
 use crate::AppState;
-use specula_engine::protocol::{split_reasoning, split_tokens, EngineStatus, ModelEntry, ReplyEvent, ReplyStarted};
+use specula_engine::protocol::{
+    split_reasoning, split_tokens, EngineStatus, ModelEntry, ReplyEvent, ReplyStarted, ToolOutcome,
+};
+use specula_engine::service::{Request, Ticket};
 use specula_engine::{check_draft_for, inspect, Message, Role};
 use specula_store::{Conversation, ConversationSummary, StoredMessage};
 use std::path::{Path, PathBuf};
@@ -230,9 +234,23 @@ pub fn reply(
     };
     let message = with_store(&state, |s| s.add_message(conversation_id, Role::Assistant, "", Some(&settings)))?;
     let out = ReplyOut { message_id: message.id, events: on_event };
-    let started = match &remote {
-        Some((remote, model)) => state.engine.reply_remote(request, out, remote, model, state.store.clone()),
-        None => state.engine.reply(request, out, state.store.clone()),
+    // Tools are offered to a local model; a remote engine runs its own.
+    let toolbox = if remote.is_none() { state.tools.offering() } else { None };
+    let started = match (&remote, toolbox) {
+        (Some((remote, model)), _) => state.engine.reply_remote(request, out, remote, model, state.store.clone()),
+        (None, Some(toolbox)) => {
+            request.request.tools = toolbox.offered();
+            let turn = ToolTurn { tools: state.tools.clone(), toolbox, conversation_id };
+            let turns = move |request: Request,
+                              first: Ticket,
+                              submit: &dyn Fn(Request) -> Result<Ticket, ErrorInfo>,
+                              stream: Stream<'_>,
+                              stop: &ChainStop| {
+                crate::tools::run(turn, request, first, submit, stream, stop)
+            };
+            state.engine.reply_in_turns(request, out, state.store.clone(), turns)
+        }
+        (None, None) => state.engine.reply(request, out, state.store.clone()),
     };
     let request_id = match started {
         Ok(id) => id,
@@ -248,7 +266,59 @@ pub fn reply(
 pub(crate) fn chat_messages(conversation: &Conversation) -> Vec<Message> {
     let system =
         (!conversation.system_prompt.trim().is_empty()).then(|| Message::system(conversation.system_prompt.clone()));
-    let turns = conversation.messages.iter().map(|m| match m.stats.as_ref().and_then(|s| s.reasoning) {
+    let turns = conversation.messages.iter().flat_map(|m| match m.tools.is_empty() {
+        true => vec![turn(m)],
+        false => tool_turns(m),
+    });
+    system.into_iter().chain(turns).collect()
+}
+
+/// A reply that called tools, as the model saw it: each part of its text up to a call, the
+/// call, its result, and on; the last part is the answer.
+fn tool_turns(m: &StoredMessage) -> Vec<Message> {
+    let tokens = m.tokens.as_deref().unwrap_or_default();
+    let text = |from: usize, to: usize| -> String {
+        tokens[from.min(tokens.len())..to.min(tokens.len())].iter().map(|t| t.text.as_str()).collect()
+    };
+    let mut messages = Vec::new();
+    let mut from = 0;
+    let mut cards = m.tools.iter().peekable();
+    while let Some(card) = cards.next() {
+        let at = card.at as usize;
+        // Calls read from one part of the text share its assistant message.
+        let mut calls = vec![card];
+        while let Some(next) = cards.next_if(|c| c.at == card.at) {
+            calls.push(next);
+        }
+        let names: Vec<&str> = calls.iter().map(|c| c.tool.as_str()).collect();
+        let content = specula_engine::protocol::tool_calls::parse(&text(from, at), &names).content;
+        let mut assistant = Message::assistant(content);
+        assistant.tool_calls = calls
+            .iter()
+            .map(|c| specula_engine::protocol::ToolCall {
+                id: c.id.clone(),
+                kind: "function".into(),
+                function: specula_engine::protocol::FunctionCall {
+                    name: c.tool.clone(),
+                    arguments: c.arguments.clone(),
+                },
+            })
+            .collect();
+        messages.push(assistant);
+        for c in calls {
+            let outcome = c.outcome.clone().unwrap_or(ToolOutcome::Skipped { reason: "the reply ended first".into() });
+            let mut result = Message::new(Role::Tool, outcome.for_model());
+            result.tool_call_id = Some(c.id.clone());
+            messages.push(result);
+        }
+        from = at;
+    }
+    messages.push(Message::assistant(text(from, tokens.len())));
+    messages
+}
+
+fn turn(m: &StoredMessage) -> Message {
+    match m.stats.as_ref().and_then(|s| s.reasoning) {
         // A reply that thought: its thinking goes apart, for the template to show or leave out.
         Some(reasoning) => {
             let (thought, answer) = match m.tokens.as_deref() {
@@ -264,8 +334,7 @@ pub(crate) fn chat_messages(conversation: &Conversation) -> Vec<Message> {
             Message { reasoning_content: Some(thought), ..Message::new(m.role.clone(), answer) }
         }
         None => Message::new(m.role.clone(), m.content.clone()),
-    });
-    system.into_iter().chain(turns).collect()
+    }
 }
 
 #[tauri::command]
@@ -312,6 +381,7 @@ mod tests {
             settings: None,
             parent_id: Some(1),
             siblings: vec![2],
+            tools: Vec::new(),
         }
     }
 
@@ -335,5 +405,43 @@ mod tests {
             (messages[2].content.as_str(), messages[2].reasoning_content.as_deref()),
             ("<think> is a tag", None)
         );
+    }
+
+    #[test]
+    fn a_reply_that_called_a_tool_goes_back_as_the_turns_the_model_saw() {
+        let mut called = reply(
+            &[
+                "Let me add.",
+                "\n<tool_call>",
+                "{\"name\": \"add\", \"arguments\": {\"a\": 1}}",
+                "</tool_call>",
+                "It is 3.",
+            ],
+            None,
+        );
+        called.tools = vec![specula_engine::protocol::ToolCard {
+            id: "call_0_add".into(),
+            server: "arith".into(),
+            tool: "add".into(),
+            arguments: serde_json::json!({"a": 1}),
+            at: 4,
+            running: false,
+            outcome: Some(ToolOutcome::Ran { text: "3".into(), is_error: false, cut_from: None, ms: 2 }),
+        }];
+        let conversation = Conversation {
+            id: 1,
+            title: "t".into(),
+            system_prompt: String::new(),
+            updated_at: 0,
+            messages: vec![called],
+            thinking: None,
+        };
+        let messages = chat_messages(&conversation);
+        let roles: Vec<&Role> = messages.iter().map(|m| &m.role).collect();
+        assert_eq!(roles, [&Role::Assistant, &Role::Tool, &Role::Assistant]);
+        assert_eq!(messages[0].content, "Let me add.", "the call's text is the call, not content");
+        assert_eq!(messages[0].tool_calls[0].function.name, "add");
+        assert_eq!((messages[1].content.as_str(), messages[1].tool_call_id.as_deref()), ("3", Some("call_0_add")));
+        assert_eq!(messages[2].content, "It is 3.");
     }
 }

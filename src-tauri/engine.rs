@@ -4,8 +4,12 @@
 
 use crate::error::ErrorInfo;
 use crate::settings::{AppSettings, EngineSettings, ReplyRequest};
-use specula_engine::protocol::{ConnectionCheck, ContextInfo, EngineStatus, Gathered, RemoteTarget, ReplyEvent};
-use specula_engine::service::{CancelHandle, EngineHandle, EngineState, Health, Prompt, ServiceConfig, Ticket};
+use specula_engine::protocol::{
+    ConnectionCheck, ContextInfo, EngineStatus, Gathered, RemoteTarget, ReplyEvent, ToolCard,
+};
+use specula_engine::service::{
+    CancelHandle, EngineHandle, EngineState, Health, Prompt, Request, ServiceConfig, Ticket,
+};
 use specula_engine::{GenerationStats, TokenEvent};
 use specula_remote::{Canceller, Remote, RemoteTicket};
 use specula_store::Store;
@@ -90,11 +94,42 @@ pub struct Engine {
 enum Stopper {
     Local(CancelHandle),
     Remote(Canceller),
+    /// A reply in turns (tool calls between engine replies).
+    Turns(Arc<ChainStop>),
+}
+
+/// Stops a reply made of several engine replies in turn: the one running, and whatever runs
+/// between them (a tool call, a question to the person), which polls [`ChainStop::stopped`].
+#[derive(Default)]
+pub struct ChainStop {
+    stopped: std::sync::atomic::AtomicBool,
+    current: Mutex<Option<CancelHandle>>,
+}
+
+impl ChainStop {
+    pub fn stop(&self) {
+        self.stopped.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(current) = self.current.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            current.cancel();
+        }
+    }
+
+    pub fn stopped(&self) -> bool {
+        self.stopped.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// `ticket` is the engine reply running now (stopped at once if the whole was).
+    pub fn follow(&self, ticket: &Ticket) {
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(ticket.cancel_handle());
+        if self.stopped() {
+            ticket.cancel();
+        }
+    }
 }
 
 /// Where a reply's events come from: the engine service here, or a remote engine. Both stream
 /// the same events, forwarded, stored and shown alike.
-enum Reply {
+pub(crate) enum Reply {
     Local(Ticket),
     Remote(RemoteTicket),
 }
@@ -183,6 +218,36 @@ impl Engine {
         self.start(id, Stopper::Remote(ticket.canceller()), Reply::Remote(ticket), out, store)
     }
 
+    /// A local reply made of engine replies in turn (a reply with tool calls): the first is
+    /// queued now (its id is the reply's); `turns` runs on the reply's own thread with it, a way
+    /// to queue the next ones, the reply's way out and what stops it all.
+    pub fn reply_in_turns(
+        &self,
+        request: ReplyRequest,
+        out: ReplyOut,
+        store: Arc<Mutex<Store>>,
+        turns: impl FnOnce(Request, Ticket, &dyn Fn(Request) -> Result<Ticket, ErrorInfo>, Stream<'_>, &ChainStop)
+            + Send
+            + 'static,
+    ) -> Result<u64, ErrorInfo> {
+        let models = request.models.ok_or_else(|| ErrorInfo::internal("a local reply names no models"))?;
+        drop(self.service.load(models));
+        let first = self.service.submit(request.request.clone())?;
+        let id = first.id();
+        let stop = Arc::new(ChainStop::default());
+        self.lock_cancels().insert(id, Stopper::Turns(stop.clone()));
+        let (cancels, service) = (self.cancels.clone(), self.service.clone());
+        std::thread::Builder::new()
+            .name(format!("reply-{id}"))
+            .spawn(move || {
+                let submit = |request| service.submit(request).map_err(ErrorInfo::from);
+                turns(request.request, first, &submit, Stream::new(&store, &out), &stop);
+                cancels.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+            })
+            .map_err(|e| ErrorInfo::internal(format!("starting a reply: {e}")))?;
+        Ok(id)
+    }
+
     /// Forward the reply's events from a thread of its own, Stop reaching it by `id`.
     fn start(
         &self,
@@ -214,6 +279,7 @@ impl Engine {
         match self.lock_cancels().get(&request_id) {
             Some(Stopper::Local(cancel)) => cancel.cancel(),
             Some(Stopper::Remote(cancel)) => cancel.cancel(),
+            Some(Stopper::Turns(stop)) => stop.stop(),
             None => return false,
         }
         true
@@ -231,40 +297,100 @@ impl Engine {
 /// it, so that what it then reads back is complete. A write that fails (a full disk) is said
 /// to the window once and retried with the next batch; see [`Saver`].
 fn forward(reply: &Reply, out: &ReplyOut, store: &Mutex<Store>) {
-    let mut saver = Saver::new(store, out.message_id);
-    let mut outbox = Outbox::new(&out.events);
-    let mut ended = false;
-    loop {
-        let event = match reply.next(outbox.wait()) {
-            Ok(event) => event,
-            Err(true) => {
-                saver.save(&mut outbox);
-                outbox.flush();
-                continue;
+    let mut stream = Stream::new(store, out);
+    let last = stream.pass_on(reply, true);
+    stream.end(last);
+}
+
+/// One reply's way out, however many engine replies make it (a reply with tool calls is one
+/// per call round): its row in the history and the window's channel.
+pub(crate) struct Stream<'a> {
+    saver: Saver<'a>,
+    outbox: Outbox<'a>,
+    /// Tokens passed on so far: where a tool card sits among them.
+    tokens: usize,
+}
+
+impl<'a> Stream<'a> {
+    pub(crate) fn new(store: &'a Mutex<Store>, out: &'a ReplyOut) -> Self {
+        Self { saver: Saver::new(store, out.message_id), outbox: Outbox::new(&out.events), tokens: 0 }
+    }
+
+    pub(crate) fn tokens(&self) -> usize {
+        self.tokens
+    }
+
+    /// Pass on one engine reply's events (its `Started` only when `first`), and give back its
+    /// last (`Done` or `Failed`) without passing it on: the caller says how the whole ends.
+    /// None when its events stopped without an end.
+    pub(crate) fn pass_on(&mut self, reply: &Reply, first: bool) -> Option<ReplyEvent> {
+        loop {
+            let event = match reply.next(self.outbox.wait()) {
+                Ok(event) => event,
+                Err(true) => {
+                    self.saver.save(&mut self.outbox);
+                    self.outbox.flush();
+                    continue;
+                }
+                Err(false) => return None,
+            };
+            if event.is_last() {
+                return Some(event);
             }
-            Err(false) => break,
-        };
-        match &event {
-            ReplyEvent::Tokens { tokens } => saver.push(tokens),
-            ReplyEvent::Done { stats, finish_reason, .. } => saver.end(&mut outbox, Some(stats), finish_reason.shown()),
+            match &event {
+                ReplyEvent::Tokens { tokens } => {
+                    self.tokens += tokens.len();
+                    self.saver.push(tokens);
+                }
+                ReplyEvent::Started { .. } if !first => continue,
+                _ => {}
+            }
+            self.send(event);
+            if self.outbox.closed {
+                reply.cancel(); // the webview is gone
+            }
+        }
+    }
+
+    /// Send an event the reply itself makes (a tool card), in order with the tokens.
+    pub(crate) fn send(&mut self, event: ReplyEvent) {
+        self.outbox.send(event);
+        if self.outbox.due() {
+            self.saver.save(&mut self.outbox);
+            self.outbox.flush();
+        }
+    }
+
+    /// Keep the reply's tool cards as they are now (a failed write is logged: the tokens' own
+    /// saver tells the window of a full disk).
+    pub(crate) fn store_cards(&self, cards: &[ToolCard]) {
+        let store = self.saver.store.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = store.set_tool_cards(self.saver.message_id, cards) {
+            tracing::warn!("storing a reply's tool cards: {e}");
+        }
+    }
+
+    /// Whether the window is gone (the reply should stop).
+    pub(crate) fn closed(&self) -> bool {
+        self.outbox.closed
+    }
+
+    /// End the reply with `last` (none: it stopped without an end, stored as an error), written
+    /// before the window hears of it; then what could not be written is tried for a while.
+    pub(crate) fn end(mut self, last: Option<ReplyEvent>) {
+        match &last {
+            Some(ReplyEvent::Done { stats, finish_reason, .. }) => {
+                self.saver.end(&mut self.outbox, Some(stats), finish_reason.shown())
+            }
             // The tokens that came before stay: the partial reply is kept, marked "error".
-            ReplyEvent::Failed { .. } => saver.end(&mut outbox, None, "error"),
-            _ => {}
+            _ => self.saver.end(&mut self.outbox, None, "error"),
         }
-        ended |= event.is_last();
-        outbox.send(event);
-        if outbox.due() {
-            saver.save(&mut outbox);
-            outbox.flush();
+        if let Some(last) = last {
+            self.outbox.send(last);
         }
-        if outbox.closed {
-            reply.cancel(); // the webview is gone
-        }
+        self.outbox.flush();
+        self.saver.keep_trying();
     }
-    if !ended {
-        saver.end(&mut outbox, None, "error");
-    }
-    saver.keep_trying();
 }
 
 /// The most tokens a reply keeps waiting for the history to take them (a full disk); past it,

@@ -14,6 +14,7 @@ mod paths;
 mod priority;
 mod private_file;
 mod settings;
+mod tools;
 
 use engine::Engine;
 use error::{ErrorCode, ErrorInfo};
@@ -31,6 +32,8 @@ pub struct AppState {
     keys: connections::Keys,
     /// What went wrong and was worked around, for the window to say.
     notices: Arc<Notices>,
+    /// The MCP servers whose tools replies may call (src-tauri/tools.rs).
+    tools: Arc<tools::Tools>,
 }
 
 /// The history lives in the app's data folder, the one `specula chats` reads too;
@@ -174,7 +177,10 @@ fn setup(app: &mut tauri::App) -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let keys = connections::Keys::new(&dir, notices.clone());
-    app.manage(AppState { store, engine, pulls: Arc::default(), keys, notices });
+    let tools = tools::Tools::new(&dir);
+    let disabled = store.lock().ok().and_then(|s| s.setting(tools::DISABLED_TOOLS_KEY).ok().flatten());
+    tools.start(disabled.unwrap_or_default());
+    app.manage(AppState { store, engine, pulls: Arc::default(), keys, notices, tools });
     Ok(())
 }
 

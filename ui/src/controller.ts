@@ -11,6 +11,7 @@ import { Composer } from './views/composer';
 import { EngineStatusView } from './views/engine-status';
 import { Exchange } from './views/exchange';
 import { LibraryDialog } from './views/library';
+import { ToolsDialog } from './views/tools';
 import type { NoticeView } from './views/notice';
 import type { Page } from './views/page';
 import { LiveReply } from './views/reply';
@@ -145,6 +146,11 @@ export class Controller {
       this.library = library;
       page.libraryButton.hidden = false;
       page.libraryButton.addEventListener('click', () => void library.open().catch(onError));
+    }
+    if (backend.tools) {
+      const tools = new ToolsDialog(page.tools, backend.tools);
+      page.toolsButton.hidden = false;
+      page.toolsButton.addEventListener('click', () => void tools.open().catch(onError));
     }
   }
 

@@ -5,7 +5,7 @@
 use crate::safe_text::printable;
 use clap::Args;
 use specula_engine::{Generation, Message};
-use specula_mcp::{reply_with_tools, Approvals, Decision, Hooks, Limits, Outcome, PendingCall, Toolbox};
+use specula_mcp::{reply_with_tools, Approvals, Hooks, Limits, PendingCall, ToolDecision, ToolOutcome, Toolbox};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 
@@ -87,12 +87,12 @@ impl TerminalHooks {
 }
 
 impl Hooks for TerminalHooks {
-    fn decide(&mut self, call: &PendingCall) -> Decision {
+    fn decide(&mut self, call: &PendingCall) -> ToolDecision {
         self.end_line();
         eprintln!("{}", describe(call));
         self.asked = true;
         if self.allow_all {
-            return Decision::Once;
+            return ToolDecision::Once;
         }
         eprint!("Run it? [y] once, [a] always for this tool, [n] no: ");
         let _ = std::io::stderr().flush();
@@ -100,32 +100,32 @@ impl Hooks for TerminalHooks {
         match std::io::stdin().lock().read_line(&mut answer) {
             Ok(0) | Err(_) => {
                 eprintln!("(no answer: not run; --allow-tools runs calls without asking)");
-                Decision::Deny
+                ToolDecision::Deny
             }
             Ok(_) => match answer.trim().to_ascii_lowercase().as_str() {
-                "y" | "yes" => Decision::Once,
-                "a" | "always" => Decision::Always,
-                _ => Decision::Deny,
+                "y" | "yes" => ToolDecision::Once,
+                "a" | "always" => ToolDecision::Always,
+                _ => ToolDecision::Deny,
             },
         }
     }
 
-    fn on_done(&mut self, call: &PendingCall, outcome: &Outcome) {
+    fn on_done(&mut self, call: &PendingCall, outcome: &ToolOutcome) {
         if !std::mem::take(&mut self.asked) {
             // Not asked about (not run): the reply's text may end mid-line.
             self.end_line();
         }
         let line = match outcome {
-            Outcome::Ran { text, is_error, cut_from, ms } => {
+            ToolOutcome::Ran { text, is_error, cut_from, ms } => {
                 let shown: String = text.chars().take(400).collect();
                 let more = if text.chars().count() > 400 { " …" } else { "" };
                 let cut = cut_from.map(|n| format!(", cut from {n} characters")).unwrap_or_default();
                 let error = if *is_error { " (the tool reports an error)" } else { "" };
                 format!("← {} in {ms} ms{error}{cut}: {shown}{more}", call.tool)
             }
-            Outcome::Denied => format!("← {}: denied; the model is told so", call.tool),
-            Outcome::Failed { reason } => format!("← {}: failed: {reason}", call.tool),
-            Outcome::Skipped { reason } => format!("← {}: not run: {reason}", call.tool),
+            ToolOutcome::Denied => format!("← {}: denied; the model is told so", call.tool),
+            ToolOutcome::Failed { reason } => format!("← {}: failed: {reason}", call.tool),
+            ToolOutcome::Skipped { reason } => format!("← {}: not run: {reason}", call.tool),
         };
         eprintln!("{}", printable(&line));
     }

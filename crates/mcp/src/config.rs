@@ -23,21 +23,28 @@ pub enum Endpoint {
     Http { url: String, headers: BTreeMap<String, String> },
 }
 
-// By hand: header values are keys, and a spec is logged (never its secrets).
-impl fmt::Debug for ServerSpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl ServerSpec {
+    /// How the server is reached, for a person: the command, or the URL without its query
+    /// (which may carry a key), with the names of its variables or headers but not their values.
+    pub fn endpoint_shown(&self) -> String {
         match &self.endpoint {
             Endpoint::Stdio { command, args, env, .. } => {
                 let names: Vec<&String> = env.keys().collect();
-                write!(f, "{}: {command} {args:?} (env {names:?})", self.name)
+                format!("{command} {args:?} (env {names:?})")
             }
             Endpoint::Http { url, headers } => {
                 let names: Vec<&String> = headers.keys().collect();
-                // A query may carry a key (`?api_key=...`).
                 let url = url.split_once('?').map_or(url.as_str(), |(path, _)| path);
-                write!(f, "{}: {url} (headers {names:?})", self.name)
+                format!("{url} (headers {names:?})")
             }
         }
+    }
+}
+
+// By hand: header values are keys, and a spec is logged (never its secrets).
+impl fmt::Debug for ServerSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.name, self.endpoint_shown())
     }
 }
 

@@ -14,8 +14,9 @@ mod turn;
 
 pub use config::{parse as parse_config, Endpoint, ServerSpec};
 pub use connection::{Limits, ListedTool, ToolResult};
+pub use specula_protocol::{ToolDecision, ToolOutcome};
 pub use toolbox::{OfferedTool, ServerStatus, Toolbox};
-pub use turn::{reply_with_tools, Approvals, Decision, Hooks, Outcome, PendingCall};
+pub use turn::{reply_with_tools, Approvals, Hooks, PendingCall};
 
 /// Read an `mcp.json` file.
 pub fn read_config(path: &std::path::Path) -> Result<Vec<ServerSpec>, String> {

@@ -5,6 +5,7 @@
 use crate::config::ServerSpec;
 use crate::connection::{Connection, Limits, ListedTool, ToolResult};
 use serde_json::{json, Value};
+use std::collections::HashSet;
 use std::sync::Arc;
 use tokio::sync::Mutex;
 
@@ -26,7 +27,6 @@ pub struct OfferedTool {
     pub offered_name: String,
     pub server: String,
     pub tool: ListedTool,
-    pub enabled: bool,
 }
 
 struct Server {
@@ -40,6 +40,9 @@ pub struct Toolbox {
     tools: Vec<OfferedTool>,
     status: Vec<ServerStatus>,
     limits: Limits,
+    /// Tools the user turned off (offered names): neither offered nor callable. Behind a lock
+    /// of its own, so a switch flips while a reply holds the toolbox.
+    disabled: std::sync::Mutex<HashSet<String>>,
 }
 
 impl Toolbox {
@@ -66,7 +69,14 @@ impl Toolbox {
             }
             listings
         });
-        let mut toolbox = Self { runtime: Some(runtime), servers, tools: Vec::new(), status: Vec::new(), limits };
+        let mut toolbox = Self {
+            runtime: Some(runtime),
+            servers,
+            tools: Vec::new(),
+            status: Vec::new(),
+            limits,
+            disabled: Default::default(),
+        };
         for (server, listing) in toolbox.servers.clone().iter().zip(listings) {
             toolbox.add_listing(&server.spec.name, listing);
         }
@@ -82,7 +92,7 @@ impl Toolbox {
                 for tool in tools {
                     let offered_name = self.unique_name(server, &tool.name);
                     status.tools.push(offered_name.clone());
-                    self.tools.push(OfferedTool { offered_name, server: server.to_string(), tool, enabled: true });
+                    self.tools.push(OfferedTool { offered_name, server: server.to_string(), tool });
                 }
             }
         }
@@ -121,18 +131,29 @@ impl Toolbox {
     }
 
     /// Turn a tool on or off (by its offered name); false when there is no such tool.
-    pub fn set_enabled(&mut self, offered_name: &str, enabled: bool) -> bool {
-        let found = self.tools.iter_mut().find(|t| t.offered_name == offered_name);
-        found.map(|tool| tool.enabled = enabled).is_some()
+    pub fn set_enabled(&self, offered_name: &str, enabled: bool) -> bool {
+        if !self.tools.iter().any(|t| t.offered_name == offered_name) {
+            return false;
+        }
+        let mut disabled = self.disabled.lock().unwrap_or_else(|e| e.into_inner());
+        match enabled {
+            true => disabled.remove(offered_name),
+            false => disabled.insert(offered_name.to_string()),
+        };
+        true
+    }
+
+    pub fn is_enabled(&self, offered_name: &str) -> bool {
+        !self.disabled.lock().unwrap_or_else(|e| e.into_inner()).contains(offered_name)
     }
 
     /// The enabled tools as the chat template receives them (OpenAI's `tools` entries).
     pub fn offered(&self) -> Vec<Value> {
-        self.tools.iter().filter(|t| t.enabled).map(function_entry).collect()
+        self.tools.iter().filter(|t| self.is_enabled(&t.offered_name)).map(function_entry).collect()
     }
 
     pub fn find(&self, offered_name: &str) -> Option<&OfferedTool> {
-        self.tools.iter().find(|t| t.offered_name == offered_name && t.enabled)
+        self.tools.iter().find(|t| t.offered_name == offered_name && self.is_enabled(offered_name))
     }
 
     /// Run a call, blocking this thread at most the call's limit (plus a reconnection's, when

@@ -11,17 +11,8 @@ use crate::toolbox::Toolbox;
 use serde::Serialize;
 use serde_json::Value;
 use specula_protocol::tool_calls;
-use specula_protocol::{FunctionCall, Message, Role, ToolCall};
+use specula_protocol::{FunctionCall, Message, Role, ToolCall, ToolDecision, ToolOutcome};
 use std::collections::HashSet;
-
-/// The user's answer to a call about to run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
-    Once,
-    /// This call and every later call of this tool, for the rest of the chat.
-    Always,
-    Deny,
-}
 
 /// A call the model wrote, before it runs.
 #[derive(Debug, Clone, Serialize)]
@@ -32,44 +23,11 @@ pub struct PendingCall {
     pub arguments: Value,
 }
 
-/// What became of a call: the history keeps it, and a card (or the terminal) shows it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Outcome {
-    Ran {
-        text: String,
-        is_error: bool,
-        cut_from: Option<usize>,
-        ms: u64,
-    },
-    Denied,
-    Failed {
-        reason: String,
-    },
-    /// Not run: the reply had made as many calls as it may.
-    Skipped {
-        reason: String,
-    },
-}
-
-impl Outcome {
-    /// The tool message the model reads.
-    fn for_model(&self) -> String {
-        match self {
-            Outcome::Ran { text, is_error: false, .. } => text.clone(),
-            Outcome::Ran { text, is_error: true, .. } => format!("The tool reported an error: {text}"),
-            Outcome::Denied => "The user denied this call; it did not run.".into(),
-            Outcome::Failed { reason } => format!("The call failed: {reason}"),
-            Outcome::Skipped { reason } => format!("Not run: {reason}"),
-        }
-    }
-}
-
 /// How the loop reaches the person and the reply: approvals, what to show, cancellation.
 pub trait Hooks {
-    fn decide(&mut self, call: &PendingCall) -> Decision;
+    fn decide(&mut self, call: &PendingCall) -> ToolDecision;
     fn on_start(&mut self, _call: &PendingCall) {}
-    fn on_done(&mut self, _call: &PendingCall, _outcome: &Outcome) {}
+    fn on_done(&mut self, _call: &PendingCall, _outcome: &ToolOutcome) {}
     fn cancelled(&self) -> bool {
         false
     }
@@ -115,17 +73,17 @@ pub fn reply_with_tools<R>(
         for (index, call) in pending.iter().enumerate() {
             let repeated = !answered.insert((call.tool.clone(), call.arguments.to_string()));
             let outcome = if first + index >= max_calls {
-                Outcome::Skipped { reason: format!("this reply made its limit of {max_calls} tool calls") }
+                ToolOutcome::Skipped { reason: format!("this reply made its limit of {max_calls} tool calls") }
             } else if hooks.cancelled() {
-                Outcome::Skipped { reason: "the reply was stopped".into() }
+                ToolOutcome::Skipped { reason: "the reply was stopped".into() }
             } else if withdrawn.contains(&call.tool) {
-                Outcome::Skipped { reason: "this tool was denied or repeated earlier in this reply".into() }
+                ToolOutcome::Skipped { reason: "this tool was denied or repeated earlier in this reply".into() }
             } else if repeated {
-                Outcome::Skipped { reason: "the same call already ran in this reply; its result is above".into() }
+                ToolOutcome::Skipped { reason: "the same call already ran in this reply; its result is above".into() }
             } else {
                 run_call(toolbox, approvals, hooks, call)
             };
-            if outcome == Outcome::Denied || repeated {
+            if outcome == ToolOutcome::Denied || repeated {
                 withdrawn.insert(call.tool.clone());
             }
             hooks.on_done(call, &outcome);
@@ -149,28 +107,28 @@ fn pending_call(toolbox: &Toolbox, call: &tool_calls::Call, number: usize) -> Pe
     PendingCall { id: format!("call_{number}_{}", call.name), server, tool: call.name.clone(), arguments }
 }
 
-fn run_call(toolbox: &Toolbox, approvals: &mut Approvals, hooks: &mut dyn Hooks, call: &PendingCall) -> Outcome {
+fn run_call(toolbox: &Toolbox, approvals: &mut Approvals, hooks: &mut dyn Hooks, call: &PendingCall) -> ToolOutcome {
     if !call.arguments.is_object() {
-        return Outcome::Failed { reason: format!("the arguments are not a JSON object: {}", call.arguments) };
+        return ToolOutcome::Failed { reason: format!("the arguments are not a JSON object: {}", call.arguments) };
     }
     let decision = match approvals.0.contains(&call.tool) {
-        true => Decision::Once,
+        true => ToolDecision::Once,
         false => hooks.decide(call),
     };
     match decision {
-        Decision::Deny => return Outcome::Denied,
-        Decision::Always => {
+        ToolDecision::Deny => return ToolOutcome::Denied,
+        ToolDecision::Always => {
             approvals.0.insert(call.tool.clone());
         }
-        Decision::Once => {}
+        ToolDecision::Once => {}
     }
     hooks.on_start(call);
     let cancelled = || hooks.cancelled();
     match toolbox.call(&call.tool, call.arguments.clone(), &cancelled) {
         Ok(result) => {
-            Outcome::Ran { text: result.text, is_error: result.is_error, cut_from: result.cut_from, ms: result.ms }
+            ToolOutcome::Ran { text: result.text, is_error: result.is_error, cut_from: result.cut_from, ms: result.ms }
         }
-        Err(reason) => Outcome::Failed { reason },
+        Err(reason) => ToolOutcome::Failed { reason },
     }
 }
 

@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 use specula_mcp::{
-    reply_with_tools, Approvals, Decision, Endpoint, Hooks, Limits, Outcome, PendingCall, ServerSpec, Toolbox,
+    reply_with_tools, Approvals, Endpoint, Hooks, Limits, PendingCall, ServerSpec, ToolDecision, ToolOutcome, Toolbox,
 };
 use specula_protocol::{Message, Role};
 use std::path::PathBuf;
@@ -28,19 +28,19 @@ fn echo_call(text: &str) -> String {
 }
 
 struct Scripted {
-    answers: Vec<Decision>,
+    answers: Vec<ToolDecision>,
     asked: usize,
-    done: Vec<Outcome>,
+    done: Vec<ToolOutcome>,
     /// Stop the reply once a call is done.
     stop_after_a_call: bool,
 }
 
 impl Hooks for Scripted {
-    fn decide(&mut self, _call: &PendingCall) -> Decision {
+    fn decide(&mut self, _call: &PendingCall) -> ToolDecision {
         self.asked += 1;
-        self.answers.get(self.asked - 1).copied().unwrap_or(Decision::Deny)
+        self.answers.get(self.asked - 1).copied().unwrap_or(ToolDecision::Deny)
     }
-    fn on_done(&mut self, _call: &PendingCall, outcome: &Outcome) {
+    fn on_done(&mut self, _call: &PendingCall, outcome: &ToolOutcome) {
         self.done.push(outcome.clone());
     }
     fn cancelled(&self) -> bool {
@@ -76,7 +76,7 @@ fn run(
 #[test]
 fn a_result_goes_back_to_the_model_as_a_tool_turn_and_the_reply_goes_on() {
     let toolbox = toolbox(8);
-    let mut hooks = Scripted { answers: vec![Decision::Once], asked: 0, done: vec![], stop_after_a_call: false };
+    let mut hooks = Scripted { answers: vec![ToolDecision::Once], asked: 0, done: vec![], stop_after_a_call: false };
     let replies = [format!("Let me echo.\n{}", echo_call("hello")), "It said hello.".into()];
     let (messages, offered, answer) = run(&toolbox, &mut Approvals::default(), &mut hooks, &replies);
     assert_eq!(answer, "It said hello.");
@@ -91,18 +91,18 @@ fn a_result_goes_back_to_the_model_as_a_tool_turn_and_the_reply_goes_on() {
 #[test]
 fn calls_past_the_limit_are_not_run_and_the_model_then_answers_without_tools() {
     let toolbox = toolbox(2);
-    let mut hooks = Scripted { answers: vec![Decision::Always], asked: 0, done: vec![], stop_after_a_call: false };
+    let mut hooks = Scripted { answers: vec![ToolDecision::Always], asked: 0, done: vec![], stop_after_a_call: false };
     let three: String = (0..3).map(|i| echo_call(&format!("n{i}"))).collect();
     let replies = [three, echo_call("n3"), "answer".into()];
     let (messages, offered, answer) = run(&toolbox, &mut Approvals::default(), &mut hooks, &replies);
     // Always: asked once, then run without asking; the third call is past the limit.
     assert_eq!(hooks.asked, 1);
-    assert!(matches!(&hooks.done[1], Outcome::Ran { text, .. } if text == "n1"));
+    assert!(matches!(&hooks.done[1], ToolOutcome::Ran { text, .. } if text == "n1"));
     // Each call of the batch has its own id, and its result answers that id.
     let ids: Vec<&str> = messages[1].tool_calls.iter().map(|c| c.id.as_str()).collect();
     assert_eq!(ids, ["call_0_echo", "call_1_echo", "call_2_echo"]);
     assert_eq!(messages[3].tool_call_id.as_deref(), Some("call_1_echo"));
-    assert!(matches!(&hooks.done[2], Outcome::Skipped { reason } if reason.contains("limit of 2 tool calls")));
+    assert!(matches!(&hooks.done[2], ToolOutcome::Skipped { reason } if reason.contains("limit of 2 tool calls")));
     assert!(messages.last().unwrap().content.starts_with("Not run: this reply made its limit"));
     // The next reply is offered no tools: what it writes is the answer, call-shaped or not.
     assert_eq!(offered, [1, 0]);
@@ -112,10 +112,10 @@ fn calls_past_the_limit_are_not_run_and_the_model_then_answers_without_tools() {
 #[test]
 fn a_call_repeated_with_the_same_arguments_is_not_run_again_and_its_tool_is_withdrawn() {
     let toolbox = toolbox(8);
-    let mut hooks = Scripted { answers: vec![Decision::Always], asked: 0, done: vec![], stop_after_a_call: false };
+    let mut hooks = Scripted { answers: vec![ToolDecision::Always], asked: 0, done: vec![], stop_after_a_call: false };
     let replies = [echo_call("x"), echo_call("x"), "answer".into()];
     let (messages, offered, answer) = run(&toolbox, &mut Approvals::default(), &mut hooks, &replies);
-    assert!(matches!(&hooks.done[1], Outcome::Skipped { reason } if reason.contains("already ran")));
+    assert!(matches!(&hooks.done[1], ToolOutcome::Skipped { reason } if reason.contains("already ran")));
     assert!(messages[4].content.contains("its result is above"), "{messages:?}");
     assert_eq!((offered.as_slice(), answer.as_str()), ([1, 1, 0].as_slice(), "answer"));
 }
@@ -123,10 +123,10 @@ fn a_call_repeated_with_the_same_arguments_is_not_run_again_and_its_tool_is_with
 #[test]
 fn a_denied_tool_is_withdrawn_for_the_rest_of_the_reply_and_the_model_is_told() {
     let toolbox = toolbox(8);
-    let mut hooks = Scripted { answers: vec![Decision::Deny], asked: 0, done: vec![], stop_after_a_call: false };
+    let mut hooks = Scripted { answers: vec![ToolDecision::Deny], asked: 0, done: vec![], stop_after_a_call: false };
     let replies = [echo_call("x"), echo_call("x")];
     let (messages, offered, answer) = run(&toolbox, &mut Approvals::default(), &mut hooks, &replies);
-    assert_eq!(hooks.done, [Outcome::Denied]);
+    assert_eq!(hooks.done, [ToolOutcome::Denied]);
     assert_eq!(messages[2].content, "The user denied this call; it did not run.");
     // Offered no tools, the second call text is not read as a call: it is the answer.
     assert_eq!(offered, [1, 0]);
@@ -136,7 +136,7 @@ fn a_denied_tool_is_withdrawn_for_the_rest_of_the_reply_and_the_model_is_told() 
 #[test]
 fn a_stopped_reply_runs_no_more_calls_and_asks_the_model_for_nothing_more() {
     let toolbox = toolbox(8);
-    let mut hooks = Scripted { answers: vec![Decision::Always], asked: 0, done: vec![], stop_after_a_call: true };
+    let mut hooks = Scripted { answers: vec![ToolDecision::Always], asked: 0, done: vec![], stop_after_a_call: true };
     let mut messages = vec![Message::user("go")];
     let mut replies = 0;
     let two = format!("{}{}", echo_call("a"), echo_call("b"));
@@ -153,5 +153,5 @@ fn a_stopped_reply_runs_no_more_calls_and_asks_the_model_for_nothing_more() {
     );
     assert_eq!(result.unwrap_err(), "cancelled");
     assert_eq!(replies, 1);
-    assert!(matches!(&hooks.done[1], Outcome::Skipped { reason } if reason == "the reply was stopped"));
+    assert!(matches!(&hooks.done[1], ToolOutcome::Skipped { reason } if reason == "the reply was stopped"));
 }

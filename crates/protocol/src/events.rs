@@ -238,6 +238,9 @@ pub enum ReplyEvent {
     Done { finish_reason: FinishReason, text: String, stats: Box<GenerationStats> },
     /// The reply failed; the tokens before it are the partial reply.
     Failed { error: crate::ErrorInfo },
+    /// A tool call the reply made (the app's MCP tools): sent when it is asked about, when it
+    /// starts and when it ends, the whole card each time; the window keeps the latest by id.
+    Tool { card: crate::ToolCard },
     /// The history could not keep the reply (a full disk): it goes on, is written when space
     /// returns, and until then what the window drew is all there is. Said once a reply.
     Unsaved { error: crate::ErrorInfo },
@@ -324,6 +327,7 @@ impl Collected {
             | ReplyEvent::Reasoning { .. }
             | ReplyEvent::Prefill { .. }
             | ReplyEvent::Step { .. }
+            | ReplyEvent::Tool { .. }
             | ReplyEvent::Unsaved { .. } => {}
         }
         None

@@ -56,6 +56,10 @@ pub struct StoredMessage {
     /// than one after a Regenerate or an Edit, each the start of its own branch.
     #[serde(default)]
     pub siblings: Vec<i64>,
+    /// The tool calls the reply made, in order, each placed among its tokens.
+    // `default` last: specta reads the attributes in order, and an absent list reads as empty.
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub tools: Vec<crate::ToolCard>,
 }
 
 /// A reply the shell has started: the id to cancel it by, and its stored (empty) message.

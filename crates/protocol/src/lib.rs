@@ -16,6 +16,7 @@ mod pycall;
 pub mod reasoning;
 pub mod remote;
 pub mod tool_calls;
+pub mod tool_card;
 
 pub use app::{
     AppSettings, CatalogueEntry, ContextInfo, Diagnosis, EngineState, EngineStatus, ModelEntry, ModelRole, PullEvent,
@@ -35,3 +36,4 @@ pub use options::{
 };
 pub use reasoning::{split_reasoning, split_tokens, Reasoning, ReasoningSplit, Released, THINK_CLOSE, THINK_OPEN};
 pub use remote::{Connection, ConnectionCheck, RemoteKind, RemoteTarget};
+pub use tool_card::{McpServer, McpStatus, McpTool, ToolCard, ToolDecision, ToolOutcome};

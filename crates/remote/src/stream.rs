@@ -191,8 +191,11 @@ fn take_event(outlet: &Outlet, event: ReplyEvent, ending: &mut Ending, budget: &
             outlet.send(event);
         }
         ReplyEvent::Done { stats, .. } => ending.remote_stats = Some(*stats),
-        // Its failure comes as the chunk's error; its start and its history are its own.
-        ReplyEvent::Started { .. } | ReplyEvent::Failed { .. } | ReplyEvent::Unsaved { .. } => {}
+        // Its failure comes as the chunk's error; its start, its history and its tools are its own.
+        ReplyEvent::Started { .. }
+        | ReplyEvent::Failed { .. }
+        | ReplyEvent::Unsaved { .. }
+        | ReplyEvent::Tool { .. } => {}
     }
     Ok(())
 }

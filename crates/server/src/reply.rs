@@ -569,7 +569,7 @@ fn stream(
                         yield Ok(SseEvent::default().data(e.body().to_string()));
                         break 'choices;
                     }
-                    ReplyEvent::Started { .. } | ReplyEvent::Unsaved { .. } => {}
+                    ReplyEvent::Started { .. } | ReplyEvent::Unsaved { .. } | ReplyEvent::Tool { .. } => {}
                 }
             }
             next = match rest.next().map(|index| call.choice(index)) {

@@ -63,6 +63,7 @@ impl Store {
                 finish_reason: m.finish_reason,
                 settings_label: m.settings_label,
                 settings: m.settings,
+                tools: m.tools,
             });
         }
         // The branch shown, or where a partial copy (a fork) ends.
@@ -166,9 +167,10 @@ fn insert_one(tx: &Transaction, c: ArchivedConversation, imported: &mut Imported
 fn insert_message(tx: &Transaction, conversation: i64, parent: Option<i64>, m: &ArchivedMessage) -> Result<i64> {
     let stats = m.stats.as_ref().map(serde_json::to_string).transpose()?;
     let settings = m.settings.as_ref().map(serde_json::to_string).transpose()?;
+    let tools = (!m.tools.is_empty()).then(|| serde_json::to_string(&m.tools)).transpose()?;
     tx.prepare_cached(
-        "INSERT INTO messages (conversation_id, parent_id, role, content, created_at, stats, finish_reason, settings_label, settings)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        "INSERT INTO messages (conversation_id, parent_id, role, content, created_at, stats, finish_reason, settings_label, settings, tools)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
     )?
     .execute(params![
         conversation,
@@ -179,7 +181,8 @@ fn insert_message(tx: &Transaction, conversation: i64, parent: Option<i64>, m: &
         stats,
         m.finish_reason,
         m.settings_label,
-        settings
+        settings,
+        tools
     ])?;
     let id = tx.last_insert_rowid();
     if let Some(tokens) = &m.tokens {

@@ -6,7 +6,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::{de::DeserializeOwned, Serialize};
-use specula_protocol::{AppSettings, ErrorCode, ErrorInfo, GenerationStats, Role, TokenEvent};
+use specula_protocol::{AppSettings, ErrorCode, ErrorInfo, GenerationStats, Role, TokenEvent, ToolCard};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -100,7 +100,8 @@ CREATE TABLE IF NOT EXISTS messages (
     created_at INTEGER NOT NULL,
     settings TEXT,
     parent_id INTEGER REFERENCES messages(id) ON DELETE CASCADE,
-    deleted_at INTEGER
+    deleted_at INTEGER,
+    tools TEXT
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
 CREATE TABLE IF NOT EXISTS tokens (
@@ -401,7 +402,7 @@ impl Store {
     /// The messages `ids` names, in that order, each with its siblings in `tree`.
     fn messages(&self, tree: &Tree, ids: &[i64]) -> Result<Vec<StoredMessage>> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT role, content, stats, finish_reason, settings_label, settings, parent_id FROM messages WHERE id = ?1",
+            "SELECT role, content, stats, finish_reason, settings_label, settings, parent_id, tools FROM messages WHERE id = ?1",
         )?;
         let mut messages = Vec::with_capacity(ids.len());
         for &id in ids {
@@ -414,15 +415,17 @@ impl Store {
                     r.get::<_, Option<String>>(4)?,
                     r.get::<_, Option<String>>(5)?,
                     r.get::<_, Option<i64>>(6)?,
+                    r.get::<_, Option<String>>(7)?,
                 ))
             })?;
-            let (role, content, stats, finish_reason, settings_label, settings, parent_id) = row;
+            let (role, content, stats, finish_reason, settings_label, settings, parent_id, tools) = row;
             let role: Role = from_stored_name(&role, "message's role")?;
             let tokens = if role == Role::Assistant { Some(self.tokens(id)?) } else { None };
             // Stats or settings a later version wrote in a shape this one cannot read: the
             // message is shown (and exported) without them; the label says the settings.
             let stats = stats.and_then(|s| serde_json::from_str(&s).ok());
             let settings = settings.and_then(|s| serde_json::from_str(&s).ok());
+            let tools = tools.and_then(|s| serde_json::from_str(&s).ok()).unwrap_or_default();
             let siblings = tree.siblings(id);
             messages.push(StoredMessage {
                 id,
@@ -435,6 +438,7 @@ impl Store {
                 settings,
                 parent_id,
                 siblings,
+                tools,
             });
         }
         Ok(messages)
@@ -561,6 +565,7 @@ impl Store {
             settings: settings.cloned(),
             parent_id,
             siblings: Vec::new(),
+            tools: Vec::new(),
         })
     }
 
@@ -693,6 +698,14 @@ impl Store {
         Ok(())
     }
 
+    /// Keep a reply's tool cards as they are now (each change writes them all: a reply has a
+    /// few, each a few KB at most).
+    pub fn set_tool_cards(&self, message_id: i64, cards: &[ToolCard]) -> Result<()> {
+        let cards = (!cards.is_empty()).then(|| serde_json::to_string(cards)).transpose()?;
+        self.conn.execute("UPDATE messages SET tools = ?2 WHERE id = ?1", params![message_id, cards])?;
+        Ok(())
+    }
+
     // ----- recovery -----
 
     /// Copy everything in `session` (the history kept in memory while this file could not be
@@ -746,7 +759,7 @@ impl Store {
 
 /// Columns later versions added, added to a history an earlier one made (`CREATE TABLE IF
 /// NOT EXISTS` leaves an existing table as it was): (table, column, declaration).
-const ADDED_COLUMNS: [(&str, &str, &str); 7] = [
+const ADDED_COLUMNS: [(&str, &str, &str); 8] = [
     ("messages", "settings", "TEXT"),
     ("messages", "parent_id", "INTEGER REFERENCES messages(id) ON DELETE CASCADE"),
     ("messages", "deleted_at", "INTEGER"),
@@ -754,6 +767,7 @@ const ADDED_COLUMNS: [(&str, &str, &str); 7] = [
     ("conversations", "deleted_at", "INTEGER"),
     ("conversations", "uid", "TEXT"),
     ("conversations", "thinking", "INTEGER"),
+    ("messages", "tools", "TEXT"),
 ];
 
 fn add_missing_columns(conn: &Connection) -> Result<()> {

@@ -1,7 +1,7 @@
 //! Conversations as trees on a real history file: nothing a Regenerate or an Edit replaces is
 //! lost, a history from before trees keeps every message, and an archive round-trips exactly.
 
-use specula_protocol::{AppSettings, GenerationStats, Role, Source, TokenEvent};
+use specula_protocol::{AppSettings, GenerationStats, Role, Source, TokenEvent, ToolCard, ToolOutcome};
 use specula_store::exchange::{read_archive, write_archive};
 use specula_store::{Store, StoreError};
 
@@ -109,9 +109,24 @@ fn an_archive_imported_in_a_fresh_history_exports_to_the_same_bytes() {
     store.set_system_prompt(c, "Be brief.").unwrap();
     let q = store.add_message(c, Role::User, "Hello ✓", None).unwrap().id;
     let a = reply(&mut store, c, "Hi");
+    let card = ToolCard {
+        id: "call_0_add".into(),
+        server: "arith".into(),
+        tool: "add".into(),
+        arguments: serde_json::json!({"a": 1, "b": 2}),
+        at: 1,
+        running: false,
+        outcome: Some(ToolOutcome::Ran { text: "3".into(), is_error: false, cut_from: None, ms: 4 }),
+    };
+    store.set_tool_cards(a, std::slice::from_ref(&card)).unwrap();
     store.branch_before(c, a).unwrap();
     reply(&mut store, c, "Hey");
     store.show_branch(c, a).unwrap();
+    assert_eq!(
+        store.conversation(c).unwrap().messages[1].tools,
+        std::slice::from_ref(&card),
+        "the cards are kept with the reply"
+    );
     store.branch_before(c, q).unwrap();
     store.add_message(c, Role::User, "Edited", None).unwrap();
     store.create_conversation().unwrap();
@@ -125,6 +140,7 @@ fn an_archive_imported_in_a_fresh_history_exports_to_the_same_bytes() {
     write_archive(&fresh.export(&[]).unwrap(), &mut second).unwrap();
     assert_eq!(String::from_utf8(second).unwrap(), String::from_utf8(first.clone()).unwrap());
     assert_eq!(shown(&fresh, imported.conversations[0]), ["Edited"], "the branch shown is kept");
+    assert!(String::from_utf8(first.clone()).unwrap().contains("call_0_add"), "the archive carries tool cards");
 
     // A second import of the same file is recognised and skips both.
     let again = fresh.import(read_archive(first.as_slice()).unwrap()).unwrap();

@@ -15,6 +15,7 @@ import type {
   ReplyHandle,
   Role,
   Settings,
+  ToolServers,
 } from './types';
 
 export interface Backend {
@@ -23,6 +24,8 @@ export interface Backend {
   readonly canChooseTarget: boolean;
   /** Downloads and the compatibility doctor, where the transport has them. */
   readonly library?: Library;
+  /** MCP servers whose tools replies may call, where the transport has them. */
+  readonly tools?: ToolServers;
 
   status(): Promise<EngineStatus>;
   /** What went wrong at start-up and was worked around (a history moved aside), to show once. */

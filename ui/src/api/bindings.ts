@@ -176,6 +176,30 @@ async checkConnection(baseUrl: string) : Promise<ConnectionCheck> {
 },
 async removeConnection(baseUrl: string) : Promise<null> {
     return await TAURI_INVOKE("remove_connection", { baseUrl });
+},
+async mcpStatus() : Promise<McpStatus> {
+    return await TAURI_INVOKE("mcp_status");
+},
+/**
+ * Add the servers of an mcp.json (pasted or picked) and start them again.
+ */
+async importMcpServers(text: string) : Promise<McpStatus> {
+    return await TAURI_INVOKE("import_mcp_servers", { text });
+},
+async removeMcpServer(name: string) : Promise<McpStatus> {
+    return await TAURI_INVOKE("remove_mcp_server", { name });
+},
+/**
+ * Offer a tool to the model or not; kept across restarts.
+ */
+async setToolEnabled(name: string, enabled: boolean) : Promise<McpStatus> {
+    return await TAURI_INVOKE("set_tool_enabled", { name, enabled });
+},
+/**
+ * The person's answer to a call's card; false when it no longer waits.
+ */
+async decideToolCall(requestId: number, callId: string, decision: ToolDecision) : Promise<boolean> {
+    return await TAURI_INVOKE("decide_tool_call", { requestId, callId, decision });
 }
 }
 
@@ -482,12 +506,47 @@ imported: number[];
  * Titles of conversations already in the history, not imported again.
  */
 skipped: string[] }
+export type JsonValue = null | boolean | number | string | JsonValue[] | Partial<{ [key in string]: JsonValue }>
 /**
  * How the KV cache stores keys and values. f16 takes half the memory and half the reads a
  * step at depth; f32 is the reference the exactness tests pin (a reply is exact relative to
  * the target run with the same format).
  */
 export type KvFormat = "f32" | "f16"
+export type McpServer = { name: string; 
+/**
+ * How it is reached (the command, or the URL without its query), never a key.
+ */
+endpoint: string; tools: McpTool[]; 
+/**
+ * Why it cannot be used; it stays listed.
+ */
+error: string | null; 
+/**
+ * Something to know while it works (a tool list cut short).
+ */
+notice: string | null }
+/**
+ * The app's MCP servers as the Tools dialog shows them.
+ */
+export type McpStatus = { servers: McpServer[]; 
+/**
+ * The servers are being started (their tools are listed when they answer).
+ */
+starting: boolean; 
+/**
+ * Why the configuration could not be read (the file is kept as it is).
+ */
+error: string | null }
+export type McpTool = { 
+/**
+ * The name it is offered to the model under.
+ */
+name: string; description: string; 
+/**
+ * Offered to the model (a switch in the dialog).
+ */
+enabled: boolean }
 export type Mode = 
 /**
  * The most likely token.
@@ -627,6 +686,11 @@ export type ReplyEvent = { kind: "started"; request_id: number; prompt_tokens: n
  */
 { kind: "failed"; error: ErrorInfo } | 
 /**
+ * A tool call the reply made (the app's MCP tools): sent when it is asked about, when it
+ * starts and when it ends, the whole card each time; the window keeps the latest by id.
+ */
+{ kind: "tool"; card: ToolCard } | 
+/**
  * The history could not keep the reply (a full disk): it goes on, is written when space
  * returns, and until then what the window drew is all there is. Said once a reply.
  */
@@ -739,7 +803,11 @@ parent_id?: number | null;
  * The messages that follow the same one as this (itself among them), oldest first: more
  * than one after a Regenerate or an Edit, each the start of its own branch.
  */
-siblings?: number[] }
+siblings?: number[]; 
+/**
+ * The tool calls the reply made, in order, each placed among its tokens.
+ */
+tools?: ToolCard[] }
 export type TokenEvent = { id: number; 
 /**
  * The text this token completes; empty while a UTF-8 character is still partial.
@@ -758,6 +826,63 @@ q?: number | null;
  * [`crate::GenerateOptions::alternatives`] asks for them (OpenAI's `top_logprobs`).
  */
 alternatives?: Alternative[] }
+/**
+ * One tool call of a reply.
+ */
+export type ToolCard = { 
+/**
+ * Unique within the reply; the approval names it.
+ */
+id: string; 
+/**
+ * The MCP server that has the tool.
+ */
+server: string; 
+/**
+ * The tool's name as offered to the model.
+ */
+tool: string; 
+/**
+ * The arguments the model wrote (a string when they were not JSON).
+ */
+arguments: JsonValue; 
+/**
+ * How many of the reply's tokens came before the call was read: the card's place, and
+ * where the reply's text splits into the turns the model saw.
+ */
+at: number; 
+/**
+ * Started: approved (or approved for good earlier) and running.
+ */
+running: boolean; 
+/**
+ * How it ended; none while it is asked about or running.
+ */
+outcome?: ToolOutcome | null }
+/**
+ * The person's answer to a call about to run.
+ */
+export type ToolDecision = "once" | 
+/**
+ * This call and every later call of this tool, for the rest of the chat.
+ */
+"always" | "deny"
+/**
+ * What became of a call.
+ */
+export type ToolOutcome = { kind: "ran"; text: string; is_error: boolean; cut_from: number | null; ms: number } | 
+/**
+ * The person said no; the model is told so.
+ */
+{ kind: "denied" } | 
+/**
+ * The server failed, hung past the limit, or went away.
+ */
+{ kind: "failed"; reason: string } | 
+/**
+ * Not run: the reply had made as many calls as it may, was stopped, or repeated itself.
+ */
+{ kind: "skipped"; reason: string }
 /**
  * What a reply's prompt left out to fit the context (an overflow policy's work): whole
  * messages, counted among the chat's messages after its system prompt, and tokens cut from

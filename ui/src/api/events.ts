@@ -18,6 +18,14 @@ export function applyEvent(reply: ChatMessage, event: ReplyEvent): void {
     case 'failed':
       reply.finish_reason = 'error';
       break;
+    case 'tool': {
+      // The whole card each time: the latest replaces the one of its id.
+      const cards = (reply.tools ??= []);
+      const at = cards.findIndex((c) => c.id === event.card.id);
+      if (at >= 0) cards[at] = event.card;
+      else cards.push(event.card);
+      break;
+    }
     default:
       break;
   }

@@ -26,8 +26,10 @@ import type {
   PullHandle,
   ReplyEvent,
   ReplyHandle,
+  McpStatus,
   Role,
   Settings,
+  ToolServers,
 } from './types';
 import { toBackendError } from './types';
 
@@ -43,6 +45,21 @@ async function call<T>(answer: Promise<T>): Promise<T> {
 /** A command that answers nothing. */
 async function run(answer: Promise<unknown>): Promise<void> {
   await call(answer);
+}
+
+class TauriTools implements ToolServers {
+  status(): Promise<McpStatus> {
+    return call(commands.mcpStatus());
+  }
+  importConfig(text: string): Promise<McpStatus> {
+    return call(commands.importMcpServers(text));
+  }
+  remove(name: string): Promise<McpStatus> {
+    return call(commands.removeMcpServer(name));
+  }
+  setEnabled(tool: string, enabled: boolean): Promise<McpStatus> {
+    return call(commands.setToolEnabled(tool, enabled));
+  }
 }
 
 class TauriLibrary implements Library {
@@ -86,6 +103,7 @@ export class TauriBackend implements Backend {
   readonly transport = 'tauri' as const;
   readonly canChooseTarget = true;
   readonly library = new TauriLibrary();
+  readonly tools = new TauriTools();
 
   status(): Promise<EngineStatus> {
     return call(commands.engineStatus());
@@ -190,6 +208,9 @@ export class TauriBackend implements Backend {
     return {
       cancel: async () => {
         await call(commands.cancelReply(started.request_id));
+      },
+      decide: async (callId, decision) => {
+        await call(commands.decideToolCall(started.request_id, callId, decision));
       },
       done,
     };

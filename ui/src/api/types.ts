@@ -50,6 +50,12 @@ export type {
   TokenEvent,
   Reasoning,
   Trim,
+  McpServer,
+  McpStatus,
+  McpTool,
+  ToolCard,
+  ToolDecision,
+  ToolOutcome,
 } from './bindings';
 
 /** A stored message: assistant replies carry every token with its provenance, their stats,
@@ -83,6 +89,8 @@ export type ReplyEvent = Exclude<WireReplyEvent, { kind: 'failed' }> | { kind: '
 
 export interface ReplyHandle {
   cancel(): Promise<void>;
+  /** Answer a tool call's card (the app's MCP tools; a transport without them has none). */
+  decide?(callId: string, decision: import('./bindings').ToolDecision): Promise<void>;
   /** The stored assistant message once the reply ends, however it ends. */
   done: Promise<ChatMessage>;
 }
@@ -137,3 +145,12 @@ export interface Library {
 /** The figures a reply ends with (re-exported for the speed panel). */
 export type { GenerationStats as ReplyStats };
 export type { EngineStatus as Status };
+
+/** The app's MCP servers (the desktop transport only): the Tools dialog's side of the shell. */
+export interface ToolServers {
+  status(): Promise<import('./bindings').McpStatus>;
+  /** Add the servers of an `mcp.json` text (replacing those of the same names) and start them. */
+  importConfig(text: string): Promise<import('./bindings').McpStatus>;
+  remove(name: string): Promise<import('./bindings').McpStatus>;
+  setEnabled(tool: string, enabled: boolean): Promise<import('./bindings').McpStatus>;
+}

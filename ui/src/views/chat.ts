@@ -7,6 +7,7 @@ import { renderMarkdown } from '../render/markdown';
 import { summarize, summarizeRemote } from '../render/speed';
 import { splitReply, ThinkingBlock } from '../render/thinking';
 import { renderTokens } from '../render/tokens';
+import { partsAtCards, toolCardElement } from '../render/tool-card';
 import { iconButton, textButton } from './dom';
 
 export interface ChatParts {
@@ -101,6 +102,9 @@ export class ChatView {
   startReply(message: ChatMessage): LiveMessage {
     const { element, body, summary } = this.messageElement(message);
     element.classList.add('streaming');
+    // Nothing to do with a reply that is still being written (the actions come when it is drawn
+    // whole from the history).
+    for (const action of element.querySelectorAll('footer > :not(.reply-summary)')) action.remove();
     this.parts.messages.querySelector(':scope > p.empty')?.remove();
     this.parts.messages.append(element);
     return { body, summary: summary as HTMLElement };
@@ -166,7 +170,15 @@ export class ChatView {
 
   private fillBody(body: HTMLElement, m: ChatMessage): void {
     const reasoning = m.role === 'assistant' ? m.stats?.reasoning : null;
-    if (reasoning && m.tokens?.length) {
+    if (m.role === 'assistant' && m.tools?.length && m.tokens) {
+      // A reply that called tools: its text in parts, each call's card between them.
+      const places = [...new Set(m.tools.map((c) => c.at))].sort((a, b) => a - b);
+      body.replaceChildren();
+      partsAtCards(m.tokens, m.tools).forEach((part, i) => {
+        body.append(this.host.colours() ? renderTokens(part) : renderMarkdown(part.map((t) => t.text).join('')));
+        for (const card of m.tools?.filter((c) => c.at === places[i]) ?? []) body.append(toolCardElement(card));
+      });
+    } else if (reasoning && m.tokens?.length) {
       // A reasoning model's reply: its thinking folded above the answer.
       const { thinking, answer } = splitReply(m.tokens, reasoning);
       const text = answer.map((t) => t.text).join('');

@@ -29,6 +29,8 @@ export interface Page {
   thinking: HTMLSelectElement;
   library: HTMLDialogElement;
   libraryButton: HTMLButtonElement;
+  tools: HTMLDialogElement;
+  toolsButton: HTMLButtonElement;
   toast: HTMLElement;
   exchange: ExchangeParts;
 }
@@ -55,6 +57,8 @@ export function findPage(doc: Document): Page {
     thinking: $<HTMLSelectElement>('#thinking-select'),
     library: $<HTMLDialogElement>('#library-dialog'),
     libraryButton: $<HTMLButtonElement>('#library-button'),
+    tools: $<HTMLDialogElement>('#tools-dialog'),
+    toolsButton: $<HTMLButtonElement>('#tools-button'),
     toast: $('#toast'),
     exchange: exchangeParts(doc),
   };

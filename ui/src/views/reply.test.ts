@@ -96,3 +96,33 @@ describe('a streaming reply', () => {
     expect(notices).toEqual([full, { code: 'internal', message: 'it broke' }]);
   });
 });
+
+describe('a streaming reply that calls a tool', () => {
+  beforeEach(() => {
+    loadPage(indexHtml);
+    vi.useFakeTimers();
+  });
+  afterEach(() => vi.useRealTimers());
+
+  it('ends the text at the call, asks on a card whose answer reaches the backend, and draws what follows below it', async () => {
+    const { live } = reply();
+    const decided: string[] = [];
+    live.handle = { cancel: async () => {}, decide: async (id, d) => void decided.push(`${id}:${d}`), done: new Promise(() => {}) };
+    live.onEvent({ kind: 'tokens', tokens: [token('Adding.'), token('<tool_call>{"name": "add"}</tool_call>')] });
+    const card = { id: 'call_0_add', server: 'arith', tool: 'add', arguments: { a: 1 }, at: 2, running: false };
+    live.onEvent({ kind: 'tool', card });
+    const body = $('#messages .streaming .body');
+    expect(body.textContent).toContain('Adding.');
+    expect(body.textContent).not.toContain('<tool_call>');
+    body.querySelector<HTMLButtonElement>('.tool-card button[data-decision=once]')!.click();
+    await Promise.resolve();
+    expect(decided).toEqual(['call_0_add:once']);
+    live.onEvent({ kind: 'tool', card: { ...card, running: true } });
+    live.onEvent({ kind: 'tool', card: { ...card, outcome: { kind: 'ran', text: '3', is_error: false, cut_from: null, ms: 5 } } });
+    expect(body.querySelectorAll('.tool-card').length).toBe(1);
+    expect(body.querySelector('.tool-card')?.getAttribute('data-state')).toBe('ran');
+    live.onEvent({ kind: 'tokens', tokens: [token('It is 3.')] });
+    vi.advanceTimersByTime(400);
+    expect(body.querySelector('.tool-card + .reply-part')?.textContent).toBe('It is 3.');
+  });
+});

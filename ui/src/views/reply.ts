@@ -2,8 +2,9 @@
 // speed panel beside it. Painting is batched (render/stream.ts): the text, the speed figures
 // and the scroll move together a few times a second, however fast tokens come.
 
-import type { ChatMessage, GenerationStats, Reasoning, ReplyEvent, ReplyHandle, TokenEvent } from '../api/types';
+import type { ChatMessage, GenerationStats, Reasoning, ReplyEvent, ReplyHandle, TokenEvent, ToolCard } from '../api/types';
 import { ReplyStream } from '../render/stream';
+import { toolCardElement, withoutCallMarkup } from '../render/tool-card';
 import { ThinkingBlock } from '../render/thinking';
 import type { ChatView } from './chat';
 import type { SpeedPanel } from './speed-panel';
@@ -24,7 +25,10 @@ export class LiveReply {
   handle: ReplyHandle | null = null;
   private readonly summary: HTMLElement;
   private readonly body: HTMLElement;
-  private readonly stream: ReplyStream;
+  /** Where tokens are drawn: the reply's body, then, after each tool card, the part below it. */
+  private stream: ReplyStream;
+  /** The tool calls' cards, by call id. */
+  private readonly cards = new Map<string, HTMLElement>();
   /** A reasoning model's thinking, once the engine says the reply thinks; tokens go there
    *  while `thinking` is true. */
   private block: ThinkingBlock | null = null;
@@ -43,11 +47,15 @@ export class LiveReply {
     this.summary = live.summary;
     this.body = live.body;
     panel.begin(options.drafting, options.remote);
-    this.stream = new ReplyStream(live.body, {
-      colours: options.colours,
+    this.stream = this.streamInto(live.body);
+  }
+
+  private streamInto(element: HTMLElement): ReplyStream {
+    return new ReplyStream(element, {
+      colours: this.options.colours,
       onPaint: () => {
-        panel.paint();
-        chat.follow();
+        this.panel.paint();
+        this.chat.follow();
       },
     });
   }
@@ -75,10 +83,36 @@ export class LiveReply {
       if (this.thinking) this.block?.stop();
       this.stream.finish();
       this.options.onNotice(event.error);
+    } else if (event.kind === 'tool') {
+      this.toolCard(event.card);
     } else if (event.kind === 'unsaved') {
       // The history could not keep it (a full disk): the reply goes on, drawn here only.
       this.options.onNotice(event.error);
     }
+  }
+
+  /** A tool call's card, new or changed. A new one ends the text above it (its call's markup
+   *  left to the card); what the model says after the result is drawn below it. */
+  private toolCard(card: ToolCard): void {
+    const handle = this.handle;
+    const decide = handle?.decide
+      ? (decision: Parameters<NonNullable<ReplyHandle['decide']>>[1]) =>
+          void handle.decide?.(card.id, decision).catch(this.options.onNotice)
+      : undefined;
+    const element = toolCardElement(card, decide, this.body.ownerDocument);
+    const shown = this.cards.get(card.id);
+    this.cards.set(card.id, element);
+    if (shown) {
+      shown.replaceWith(element);
+    } else {
+      for (const token of withoutCallMarkup(this.stream.takeAll())) this.stream.push(token);
+      this.stream.finish();
+      const part = this.body.ownerDocument.createElement('div');
+      part.className = 'reply-part';
+      this.body.append(element, part);
+      this.stream = this.streamInto(part);
+    }
+    this.chat.follow();
   }
 
   /** The thinking opened (what came so far was thinking) or closed (what comes next is the

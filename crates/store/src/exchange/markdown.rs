@@ -19,12 +19,29 @@ pub fn conversation(c: &Conversation) -> String {
             Role::Tool => "Tool",
         };
         out.push_str(&format!("## {speaker}\n\n{}\n\n", m.content.trim_end()));
+        for card in &m.tools {
+            out.push_str(&tool_card(card));
+        }
         if let Some(label) = m.settings_label.as_deref().filter(|_| m.role == Role::Assistant) {
             let speed = m.stats.as_ref().map(|s| format!("{:.1} tok/s · ", s.tokens_per_second)).unwrap_or_default();
             out.push_str(&format!("*{speed}{label}*\n\n"));
         }
     }
     out
+}
+
+/// A tool call as a quote: the call, then what came of it (a long result stays in the JSON
+/// archive; the reader here gets its first lines).
+fn tool_card(card: &specula_protocol::ToolCard) -> String {
+    let outcome = card.outcome.as_ref().map_or("not finished".to_string(), |o| match o {
+        specula_protocol::ToolOutcome::Ran { text, ms, .. } => {
+            let shown: String = text.chars().take(500).collect();
+            let more = if text.chars().count() > 500 { " …" } else { "" };
+            format!("result in {ms} ms: {}{more}", shown.replace('\n', "\n> "))
+        }
+        other => other.for_model(),
+    });
+    format!("> **Tool call** `{}` `{}` (server `{}`)\n> {outcome}\n\n", card.tool, card.arguments, card.server)
 }
 
 #[cfg(test)]
@@ -44,6 +61,7 @@ mod tests {
             settings: None,
             parent_id: None,
             siblings: Vec::new(),
+            tools: Vec::new(),
         }
     }
 

@@ -73,6 +73,9 @@ pub struct ArchivedMessage {
     pub settings_label: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub settings: Option<AppSettings>,
+    /// The reply's tool calls and their results, each placed among its tokens.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<specula_protocol::ToolCard>,
 }
 
 impl ArchivedConversation {
@@ -107,6 +110,7 @@ impl ArchivedMessage {
             finish_reason: None,
             settings_label: None,
             settings: None,
+            tools: Vec::new(),
         }
     }
 }
