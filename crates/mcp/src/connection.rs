@@ -189,7 +189,12 @@ impl Connection {
     ) -> Result<T, String> {
         match tokio::time::timeout(limit, work).await {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(explained(&self.faults, format!("{what} failed: {}", without_type_names(&e)))),
+            // A fault the transport saw (the server exited, said too much) is the reason; the
+            // SDK's own words for it ("Transport closed") add nothing then.
+            Ok(Err(e)) => Err(match self.faults.as_ref().and_then(Faults::explain) {
+                Some(fault) => format!("{what} failed: {fault}"),
+                None => format!("{what} failed: {}", without_type_names(&e)),
+            }),
             Err(_) => Err(explained(&self.faults, format!("no answer to {what} within {} s", limit.as_secs()))),
         }
     }

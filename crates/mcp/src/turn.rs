@@ -2,8 +2,8 @@
 //! and answered with its result; the model replies again with the results in its prompt; and
 //! so on until it answers without a call. Bounded: at most [`Limits::max_calls_per_reply`]
 //! calls, after which the model is asked to answer with no tools offered; a call the user
-//! denied, or one repeated with the same arguments, withdraws its tool for the rest of the
-//! reply (small models otherwise loop on it).
+//! denied, one that failed, or one repeated with the same arguments, withdraws its tool for
+//! the rest of the reply (small models otherwise loop on it).
 //!
 //! [`Limits::max_calls_per_reply`]: crate::Limits::max_calls_per_reply
 
@@ -83,7 +83,8 @@ pub fn reply_with_tools<R>(
             } else {
                 run_call(toolbox, approvals, hooks, call)
             };
-            if outcome == ToolOutcome::Denied || repeated {
+            // A failed tool fails again within the reply (its server is restarted for the next).
+            if matches!(outcome, ToolOutcome::Denied | ToolOutcome::Failed { .. }) || repeated {
                 withdrawn.insert(call.tool.clone());
             }
             hooks.on_done(call, &outcome);

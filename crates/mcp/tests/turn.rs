@@ -10,12 +10,17 @@ use specula_protocol::{Message, Role};
 use std::path::PathBuf;
 
 fn toolbox(max_calls: usize) -> Toolbox {
+    toolbox_of("well", max_calls)
+}
+
+/// The hostile server in `mode` (tests/servers/hostile.py), its one tool `echo`.
+fn toolbox_of(mode: &str, max_calls: usize) -> Toolbox {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/servers/hostile.py");
     let spec = ServerSpec {
-        name: "well".into(),
+        name: mode.into(),
         endpoint: Endpoint::Stdio {
             command: "python3".into(),
-            args: vec![script.display().to_string(), "well".into()],
+            args: vec![script.display().to_string(), mode.into()],
             env: Default::default(),
             cwd: None,
         },
@@ -154,4 +159,17 @@ fn a_stopped_reply_runs_no_more_calls_and_asks_the_model_for_nothing_more() {
     assert_eq!(result.unwrap_err(), "cancelled");
     assert_eq!(replies, 1);
     assert!(matches!(&hooks.done[1], ToolOutcome::Skipped { reason } if reason == "the reply was stopped"));
+}
+
+#[test]
+fn a_failed_tool_is_withdrawn_for_the_rest_of_the_reply_with_the_reason_told() {
+    let toolbox = toolbox_of("exit", 8);
+    let mut hooks = Scripted { answers: vec![ToolDecision::Always], asked: 0, done: vec![], stop_after_a_call: false };
+    let replies = [echo_call("x"), echo_call("y")];
+    let (messages, offered, answer) = run(&toolbox, &mut Approvals::default(), &mut hooks, &replies);
+    assert!(matches!(&hooks.done[..], [ToolOutcome::Failed { .. }]), "{:?}", hooks.done);
+    assert!(messages[2].content.starts_with("The call failed: the server exited"), "{}", messages[2].content);
+    assert!(!messages[2].content.contains("Transport closed"), "the SDK's words add nothing: {}", messages[2].content);
+    assert_eq!(offered, [1, 0]);
+    assert_eq!(answer, echo_call("y"));
 }

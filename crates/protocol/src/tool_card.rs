@@ -61,10 +61,16 @@ impl ToolOutcome {
             ToolOutcome::Ran { text, is_error: false, .. } => text.clone(),
             ToolOutcome::Ran { text, is_error: true, .. } => format!("The tool reported an error: {text}"),
             ToolOutcome::Denied => "The user denied this call; it did not run.".into(),
-            ToolOutcome::Failed { reason } => format!("The call failed: {reason}"),
+            ToolOutcome::Failed { reason } => sentence(reason),
             ToolOutcome::Skipped { reason } => format!("Not run: {reason}"),
         }
     }
+}
+
+/// A reason (written in lower case, to follow a colon) as a sentence of its own.
+pub fn sentence(reason: &str) -> String {
+    let mut chars = reason.chars();
+    chars.next().map_or_else(String::new, |first| first.to_uppercase().chain(chars).collect())
 }
 
 /// The person's answer to a call about to run.

@@ -25,10 +25,15 @@ export function outcomeLine(card: ToolCard): string {
     case 'denied':
       return 'Denied: it did not run, and the model was told so.';
     case 'failed':
-      return `Failed: ${o.reason}`;
+      return sentence(o.reason);
     case 'skipped':
       return `Not run: ${o.reason}`;
   }
+}
+
+/** A reason (lower case, to follow a colon) as a sentence of its own. */
+function sentence(reason: string): string {
+  return reason.charAt(0).toUpperCase() + reason.slice(1);
 }
 
 const DECISIONS: [ToolDecision, string][] = [

@@ -70,7 +70,7 @@ export class ToolsDialog {
     await this.act(async () => {
       const status = await this.servers.importConfig(config.value);
       config.value = '';
-      this.importStatus.textContent = 'Added; the servers are starting.';
+      this.importStatus.textContent = status.starting ? 'Added; the servers are starting.' : 'Added.';
       return status;
     });
   }
@@ -84,6 +84,7 @@ export class ToolsDialog {
           ? 'No MCP servers yet.'
           : '';
     this.list.replaceChildren(...status.servers.map((s) => this.server(s)));
+    if (!status.starting && this.importStatus.textContent === 'Added; the servers are starting.') this.importStatus.textContent = 'Added.';
     this.stopPolling();
     if (status.starting && this.dialog.open) this.poll = setTimeout(() => void this.refresh(), STARTING_POLL_MS);
   }
