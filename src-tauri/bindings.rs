@@ -4,7 +4,7 @@
 //! compile until it follows, and `the_typescript_bindings_are_current` fails until the file is
 //! written again (`scripts/bindings.sh`).
 
-use crate::{commands, connections, history, library, tools};
+use crate::{attachments, commands, connections, history, library, tools};
 use specta_typescript::{BigIntExportBehavior, Typescript};
 use specula_engine::protocol::{self, ErrorCode};
 use tauri_specta::{collect_commands, collect_events, Builder, ErrorHandlingMode};
@@ -58,6 +58,7 @@ pub fn builder() -> Builder<tauri::Wry> {
             tools::remove_mcp_server,
             tools::set_tool_enabled,
             tools::decide_tool_call,
+            attachments::read_attachment,
         ])
         // No events (replies stream over channels); registering none also drops the channel's
         // placeholder type, which would clash with the Channel the bindings import.

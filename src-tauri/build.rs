@@ -44,6 +44,7 @@ fn main() {
         "remove_mcp_server",
         "set_tool_enabled",
         "decide_tool_call",
+        "read_attachment",
     ];
     let attributes = tauri_build::Attributes::new()
         .capabilities_path_pattern("./src-tauri/capabilities/**/*")

@@ -224,7 +224,8 @@ pub fn reply(
     let settings = settings.for_one_reply();
     let conversation = with_store(&state, |s| s.conversation(conversation_id))?;
     // The settings become the reply's request once, checked before anything is stored.
-    let mut request = settings.reply_request(chat_messages(&conversation))?;
+    // A remote engine is sent each reply as its text: its calls and results are not its own.
+    let mut request = settings.reply_request(chat_messages(&conversation, settings.remote.is_none()))?;
     if let Some(thinking) = conversation.thinking {
         request.request.template_kwargs.insert("enable_thinking".into(), thinking.into());
     }
@@ -263,10 +264,12 @@ pub fn reply(
     Ok(ReplyStarted { request_id, message })
 }
 
-pub(crate) fn chat_messages(conversation: &Conversation) -> Vec<Message> {
+/// The conversation as the model reads it; `with_tools`: a reply that called tools as the
+/// turns the model saw (the calls and results apart), otherwise as its text.
+pub(crate) fn chat_messages(conversation: &Conversation, with_tools: bool) -> Vec<Message> {
     let system =
         (!conversation.system_prompt.trim().is_empty()).then(|| Message::system(conversation.system_prompt.clone()));
-    let turns = conversation.messages.iter().flat_map(|m| match m.tools.is_empty() {
+    let turns = conversation.messages.iter().flat_map(|m| match m.tools.is_empty() || !with_tools {
         true => vec![turn(m)],
         false => tool_turns(m),
     });
@@ -284,7 +287,8 @@ fn tool_turns(m: &StoredMessage) -> Vec<Message> {
     let mut from = 0;
     let mut cards = m.tools.iter().peekable();
     while let Some(card) = cards.next() {
-        let at = card.at as usize;
+        // Never before the last part's end (an archive may say anything).
+        let at = (card.at as usize).max(from);
         // Calls read from one part of the text share its assistant message.
         let mut calls = vec![card];
         while let Some(next) = cards.next_if(|c| c.at == card.at) {
@@ -399,7 +403,7 @@ mod tests {
             messages: vec![question, thought, plain],
             thinking: Some(false),
         };
-        let messages = chat_messages(&conversation);
+        let messages = chat_messages(&conversation, true);
         assert_eq!((messages[1].content.as_str(), messages[1].reasoning_content.as_deref()), ("Yes", Some("Hm.")));
         assert_eq!(
             (messages[2].content.as_str(), messages[2].reasoning_content.as_deref()),
@@ -436,7 +440,7 @@ mod tests {
             messages: vec![called],
             thinking: None,
         };
-        let messages = chat_messages(&conversation);
+        let messages = chat_messages(&conversation, true);
         let roles: Vec<&Role> = messages.iter().map(|m| &m.role).collect();
         assert_eq!(roles, [&Role::Assistant, &Role::Tool, &Role::Assistant]);
         assert_eq!(messages[0].content, "Let me add.", "the call's text is the call, not content");

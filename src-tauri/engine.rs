@@ -352,6 +352,12 @@ impl<'a> Stream<'a> {
         }
     }
 
+    /// Write and send what waits, now (before a tool card that points among the tokens).
+    pub(crate) fn save_now(&mut self) {
+        self.saver.save(&mut self.outbox);
+        self.outbox.flush();
+    }
+
     /// Send an event the reply itself makes (a tool card), in order with the tokens.
     pub(crate) fn send(&mut self, event: ReplyEvent) {
         self.outbox.send(event);

@@ -194,12 +194,12 @@ mod tests {
         ];
         for (end, expected) in ends.iter().zip(&expected) {
             store.show_branch(c, *end).unwrap();
-            let shown = crate::commands::chat_messages(&store.conversation(c).unwrap());
+            let shown = crate::commands::chat_messages(&store.conversation(c).unwrap(), true);
             assert_eq!(prompt_ids(&shown), prompt_ids(expected), "the branch ending at {end}");
         }
         // A Regenerate's prompt: the path up to its question, no more.
         store.branch_before(c, ends[1]).unwrap();
-        let regenerating = crate::commands::chat_messages(&store.conversation(c).unwrap());
+        let regenerating = crate::commands::chat_messages(&store.conversation(c).unwrap(), true);
         let mut question = path(&ask(""));
         question.pop();
         assert_eq!(prompt_ids(&regenerating), prompt_ids(&question));

@@ -2,6 +2,7 @@
 //! src-tauri/engine.rs) and the SQLite chat history (crates/store). No decoding logic lives here.
 
 mod access;
+mod attachments;
 pub mod bindings;
 mod commands;
 mod connections;
@@ -34,6 +35,8 @@ pub struct AppState {
     notices: Arc<Notices>,
     /// The MCP servers whose tools replies may call (src-tauri/tools.rs).
     tools: Arc<tools::Tools>,
+    /// The target's tokenizer, for counting attached files (src-tauri/attachments.rs).
+    tokenizers: Arc<attachments::Tokenizers>,
 }
 
 /// The history lives in the app's data folder, the one `specula chats` reads too;
@@ -180,7 +183,7 @@ fn setup(app: &mut tauri::App) -> Result<(), Box<dyn std::error::Error>> {
     let tools = tools::Tools::new(&dir);
     let disabled = store.lock().ok().and_then(|s| s.setting(tools::DISABLED_TOOLS_KEY).ok().flatten());
     tools.start(disabled.unwrap_or_default());
-    app.manage(AppState { store, engine, pulls: Arc::default(), keys, notices, tools });
+    app.manage(AppState { store, engine, pulls: Arc::default(), keys, notices, tools, tokenizers: Arc::default() });
     Ok(())
 }
 

@@ -76,6 +76,8 @@ impl Tools {
                 return;
             }
         };
+        // "Always" named a tool of the servers as they were; a new set asks again.
+        lock(&self.approvals).clear();
         let generation = {
             let mut running = lock(&self.running);
             running.generation += 1;
@@ -269,7 +271,7 @@ pub(crate) fn run(
     let stream = std::cell::RefCell::new(stream);
     let mut first = Some(first);
     let mut hooks =
-        WindowHooks { turn: &turn, request_id, stream: &stream, stop, cards: Vec::new(), denied_by_person: false };
+        WindowHooks { turn: &turn, request_id, stream: &stream, stop, cards: Vec::new(), unanswered: false };
     let reply = |messages: &[Message], offered: &[serde_json::Value]| -> Result<ReplyEvent, String> {
         let ticket = match first.take() {
             Some(ticket) => ticket,
@@ -320,12 +322,16 @@ struct WindowHooks<'a, 'b> {
     stream: &'a std::cell::RefCell<Stream<'b>>,
     stop: &'a ChainStop,
     cards: Vec<ToolCard>,
-    /// The last question was answered Deny by the person (not by Stop).
-    denied_by_person: bool,
+    /// The last question got no answer (Stop, the window gone, or [`ASK_FOR`] passed): its
+    /// Deny is no one's.
+    unanswered: bool,
 }
 
 /// How often a question checks whether the reply was stopped or the window went away.
 const ASK_POLL: Duration = Duration::from_millis(100);
+/// How long a question waits for its answer: a window reloaded or left open unattended must
+/// not hold the reply (and the engine's history lock) for ever.
+const ASK_FOR: Duration = Duration::from_secs(600);
 
 impl WindowHooks<'_, '_> {
     /// The card of `call`, made when first seen, changed by `change`, then sent and stored.
@@ -349,6 +355,8 @@ impl WindowHooks<'_, '_> {
         change(&mut self.cards[index]);
         let card = self.cards[index].clone();
         let mut stream = self.stream.borrow_mut();
+        // The tokens before the card are written first: a card never points past them.
+        stream.save_now();
         stream.store_cards(&self.cards);
         stream.send(ReplyEvent::Tool { card });
     }
@@ -360,16 +368,19 @@ impl Hooks for WindowHooks<'_, '_> {
         let key = (self.request_id, call.id.clone());
         lock(&self.turn.tools.asking).insert(key.clone(), answer);
         self.update(call, |_| {});
+        let deadline = std::time::Instant::now() + ASK_FOR;
         let decision = loop {
             match question.recv_timeout(ASK_POLL) {
-                Ok(decision) => break decision,
-                Err(flume::RecvTimeoutError::Timeout) if !self.cancelled() => continue,
-                Err(_) => break ToolDecision::Deny,
+                Ok(decision) => break Some(decision),
+                Err(flume::RecvTimeoutError::Timeout) if !self.cancelled() && std::time::Instant::now() < deadline => {
+                    continue
+                }
+                Err(_) => break None,
             }
         };
         lock(&self.turn.tools.asking).remove(&key);
-        self.denied_by_person = decision == ToolDecision::Deny && !self.cancelled();
-        decision
+        self.unanswered = decision.is_none();
+        decision.unwrap_or(ToolDecision::Deny)
     }
 
     fn on_start(&mut self, call: &PendingCall) {
@@ -377,11 +388,14 @@ impl Hooks for WindowHooks<'_, '_> {
     }
 
     fn on_done(&mut self, call: &PendingCall, outcome: &ToolOutcome) {
-        // A question cut short by Stop is no one's Deny.
+        // A question no one answered is no one's Deny.
         let outcome = match outcome {
-            ToolOutcome::Denied if !std::mem::take(&mut self.denied_by_person) => {
-                ToolOutcome::Skipped { reason: "the reply was stopped".into() }
-            }
+            ToolOutcome::Denied if std::mem::take(&mut self.unanswered) => ToolOutcome::Skipped {
+                reason: match self.cancelled() {
+                    true => "the reply was stopped".into(),
+                    false => format!("no answer within {} minutes", ASK_FOR.as_secs() / 60),
+                },
+            },
             other => other.clone(),
         };
         self.update(call, |card| {

@@ -12,6 +12,7 @@ import { EngineStatusView } from './views/engine-status';
 import { Exchange } from './views/exchange';
 import { LibraryDialog } from './views/library';
 import { ToolsDialog } from './views/tools';
+import { Attachments } from './views/attachments';
 import type { NoticeView } from './views/notice';
 import type { Page } from './views/page';
 import { LiveReply } from './views/reply';
@@ -54,6 +55,8 @@ export class Controller {
   private readonly exchange: Exchange | null = null;
   /** None in a transport without one (the browser UI of `specula serve`). */
   private readonly library: LibraryDialog | null = null;
+  /** Files attached to the message being written, where the transport reads them. */
+  private readonly attachments: Attachments | null = null;
 
   private readonly showError = (error: unknown) => this.notice.show(error);
 
@@ -146,6 +149,10 @@ export class Controller {
       this.library = library;
       page.libraryButton.hidden = false;
       page.libraryButton.addEventListener('click', () => void library.open().catch(onError));
+    }
+    if (backend.attach) {
+      const attach = backend.attach.bind(backend);
+      this.attachments = new Attachments(page.attachments, { read: (name, bytes) => attach(name, bytes, this.settings) });
     }
     if (backend.tools) {
       const tools = new ToolsDialog(page.tools, backend.tools);
@@ -322,8 +329,11 @@ export class Controller {
   // ----- replies -----
 
   private async send(): Promise<void> {
-    const text = this.composer.text;
-    if (!text || this.busy) return;
+    const files = this.attachments?.blocks() ?? '';
+    const text = `${this.composer.text}${files}`;
+    if (!text.trim() || this.busy) return;
+    const refusal = this.attachments?.refusal();
+    if (refusal) return this.showError({ code: 'context_overflow', message: refusal });
     this.busy = true;
     try {
       this.notice.clear();
@@ -335,6 +345,7 @@ export class Controller {
       this.composer.endEdit();
       const question = await this.backend.addMessage(id, 'user', text);
       this.composer.clear();
+      this.attachments?.clear();
       await this.refreshAll();
       // A reply that failed before its first token (a prompt over the context, say) leaves no
       // trace: the question and the empty reply are deleted, and the question goes back to the

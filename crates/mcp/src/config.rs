@@ -30,15 +30,52 @@ impl ServerSpec {
         match &self.endpoint {
             Endpoint::Stdio { command, args, env, .. } => {
                 let names: Vec<&String> = env.keys().collect();
-                format!("{command} {args:?} (env {names:?})")
+                format!("{command} {:?} (env {names:?})", shown_args(args))
             }
             Endpoint::Http { url, headers } => {
                 let names: Vec<&String> = headers.keys().collect();
-                let url = url.split_once('?').map_or(url.as_str(), |(path, _)| path);
-                format!("{url} (headers {names:?})")
+                format!("{} (headers {names:?})", shown_url(url))
             }
         }
     }
+}
+
+/// Words in a flag or a name that say its value is a secret.
+const SECRET_WORDS: [&str; 7] = ["key", "token", "secret", "password", "auth", "bearer", "header"];
+
+fn secret_name(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    SECRET_WORDS.iter().any(|word| name.contains(word))
+}
+
+/// Arguments as shown: a value given to a key-like flag (`--api-key X`, `--token=X`,
+/// `--header "Authorization: Bearer X"`) hidden, and URLs without their user or query.
+fn shown_args(args: &[String]) -> Vec<String> {
+    let mut shown = Vec::with_capacity(args.len());
+    let mut hide_next = false;
+    for arg in args {
+        shown.push(match arg.split_once('=') {
+            _ if hide_next => "…".to_string(),
+            _ if arg.contains("://") => shown_url(arg),
+            Some((name, _)) if secret_name(name) => format!("{name}=…"),
+            _ if secret_name(arg) && !arg.starts_with('-') => "…".to_string(),
+            _ => arg.clone(),
+        });
+        hide_next = arg.starts_with('-') && !arg.contains('=') && secret_name(arg);
+    }
+    shown
+}
+
+/// A URL without its user and password or its query (either may carry a key); other text as
+/// it is.
+fn shown_url(text: &str) -> String {
+    let Some((scheme, rest)) = text.split_once("://") else { return text.to_string() };
+    let rest = rest.split_once('?').map_or(rest, |(path, _)| path);
+    let rest = match rest.split_once('/') {
+        Some((host, path)) => format!("{}/{path}", host.rsplit_once('@').map_or(host, |(_, h)| h)),
+        None => rest.rsplit_once('@').map_or(rest, |(_, h)| h).to_string(),
+    };
+    format!("{scheme}://{rest}")
 }
 
 // By hand: header values are keys, and a spec is logged (never its secrets).
@@ -184,5 +221,36 @@ mod tests {
             let error = parse(text).unwrap_err();
             assert!(error.contains(expected), "{text}: {error}");
         }
+    }
+
+    #[test]
+    fn a_shown_endpoint_hides_keys_in_arguments_and_urls() {
+        let args: Vec<String> = [
+            "mcp-remote",
+            "https://user:pw@tools.example.com/mcp?api_key=sk-1",
+            "--api-key",
+            "sk-2",
+            "--token=sk-3",
+            "--header",
+            "Authorization: Bearer sk-4",
+            "--port",
+            "8080",
+        ]
+        .map(String::from)
+        .to_vec();
+        let spec = ServerSpec {
+            name: "x".into(),
+            endpoint: Endpoint::Stdio { command: "npx".into(), args, env: Default::default(), cwd: None },
+        };
+        let shown = spec.endpoint_shown();
+        for secret in ["sk-1", "sk-2", "sk-3", "sk-4", "pw"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(shown.contains("https://tools.example.com/mcp") && shown.contains("8080"), "{shown}");
+        let http = ServerSpec {
+            name: "h".into(),
+            endpoint: Endpoint::Http { url: "https://k:s@h.example/mcp?key=sk-5".into(), headers: Default::default() },
+        };
+        assert_eq!(http.endpoint_shown(), "https://h.example/mcp (headers [])");
     }
 }

@@ -38,9 +38,12 @@ pub trait Hooks {
 pub struct Approvals(HashSet<String>);
 
 /// Reply to `messages` with the toolbox's tools. `reply` makes one model reply to the
-/// messages with the tools given (OpenAI entries; none once the calls are spent) and `text`
-/// reads its text. The calls and their results are appended to `messages`; the last reply,
-/// which calls nothing, is returned (the caller appends it).
+/// messages with the tools given (OpenAI entries) and `text` reads its text. The calls and
+/// their results are appended to `messages`; the last reply, which calls nothing that may
+/// still run, is returned (the caller appends it). Every round offers the same tools: they are
+/// rendered at the top of the prompt, and a list that changed would make the engine read the
+/// whole chat again; a tool withdrawn (or every tool, once the calls are spent) is withdrawn
+/// by no longer reading its calls.
 pub fn reply_with_tools<R>(
     toolbox: &Toolbox,
     approvals: &mut Approvals,
@@ -50,8 +53,9 @@ pub fn reply_with_tools<R>(
     text: impl Fn(&R) -> &str,
 ) -> Result<R, String> {
     let max_calls = toolbox.limits().max_calls_per_reply;
-    let mut offered = toolbox.offered();
-    // Tools no longer offered in this reply: denied, or called again with the same arguments.
+    let offered = toolbox.offered();
+    // Tools whose calls are no longer read in this reply: denied, failed, or called again with
+    // the same arguments.
     let mut withdrawn: HashSet<String> = HashSet::new();
     let mut answered: HashSet<(String, String)> = HashSet::new();
     let mut made = 0;
@@ -60,7 +64,14 @@ pub fn reply_with_tools<R>(
             return Err("cancelled".into());
         }
         let answer = reply(messages, &offered)?;
-        let names: Vec<&str> = offered.iter().filter_map(|t| t.pointer("/function/name")?.as_str()).collect();
+        let names: Vec<&str> = match made >= max_calls {
+            true => Vec::new(),
+            false => offered
+                .iter()
+                .filter_map(|t| t.pointer("/function/name")?.as_str())
+                .filter(|name| !withdrawn.contains(*name))
+                .collect(),
+        };
         let parsed = tool_calls::parse(text(&answer), &names);
         if parsed.calls.is_empty() || hooks.cancelled() {
             return Ok(answer);
@@ -91,12 +102,6 @@ pub fn reply_with_tools<R>(
             let mut result = Message::new(Role::Tool, outcome.for_model());
             result.tool_call_id = Some(call.id.clone());
             messages.push(result);
-        }
-        // A denied or repeated tool is no longer offered in this reply (small models call it
-        // again and again otherwise); spent calls leave the model to answer with what it has.
-        offered.retain(|t| t.pointer("/function/name").and_then(Value::as_str).is_some_and(|n| !withdrawn.contains(n)));
-        if made >= max_calls {
-            offered.clear();
         }
     }
 }

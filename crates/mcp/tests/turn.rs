@@ -94,7 +94,7 @@ fn a_result_goes_back_to_the_model_as_a_tool_turn_and_the_reply_goes_on() {
 }
 
 #[test]
-fn calls_past_the_limit_are_not_run_and_the_model_then_answers_without_tools() {
+fn calls_past_the_limit_are_not_run_and_the_model_then_answers() {
     let toolbox = toolbox(2);
     let mut hooks = Scripted { answers: vec![ToolDecision::Always], asked: 0, done: vec![], stop_after_a_call: false };
     let three: String = (0..3).map(|i| echo_call(&format!("n{i}"))).collect();
@@ -109,8 +109,9 @@ fn calls_past_the_limit_are_not_run_and_the_model_then_answers_without_tools() {
     assert_eq!(messages[3].tool_call_id.as_deref(), Some("call_1_echo"));
     assert!(matches!(&hooks.done[2], ToolOutcome::Skipped { reason } if reason.contains("limit of 2 tool calls")));
     assert!(messages.last().unwrap().content.starts_with("Not run: this reply made its limit"));
-    // The next reply is offered no tools: what it writes is the answer, call-shaped or not.
-    assert_eq!(offered, [1, 0]);
+    // Every round is offered the same tools (the prompt's head, and its cache, stay as they
+    // were); past the limit no call is read: what the model writes is the answer.
+    assert_eq!(offered, [1, 1]);
     assert_eq!(answer, echo_call("n3"));
 }
 
@@ -122,7 +123,7 @@ fn a_call_repeated_with_the_same_arguments_is_not_run_again_and_its_tool_is_with
     let (messages, offered, answer) = run(&toolbox, &mut Approvals::default(), &mut hooks, &replies);
     assert!(matches!(&hooks.done[1], ToolOutcome::Skipped { reason } if reason.contains("already ran")));
     assert!(messages[4].content.contains("its result is above"), "{messages:?}");
-    assert_eq!((offered.as_slice(), answer.as_str()), ([1, 1, 0].as_slice(), "answer"));
+    assert_eq!((offered.as_slice(), answer.as_str()), ([1, 1, 1].as_slice(), "answer"));
 }
 
 #[test]
@@ -133,8 +134,9 @@ fn a_denied_tool_is_withdrawn_for_the_rest_of_the_reply_and_the_model_is_told() 
     let (messages, offered, answer) = run(&toolbox, &mut Approvals::default(), &mut hooks, &replies);
     assert_eq!(hooks.done, [ToolOutcome::Denied]);
     assert_eq!(messages[2].content, "The user denied this call; it did not run.");
-    // Offered no tools, the second call text is not read as a call: it is the answer.
-    assert_eq!(offered, [1, 0]);
+    // The tool is still in the prompt, but its calls are no longer read: the second call's
+    // text is the answer.
+    assert_eq!(offered, [1, 1]);
     assert_eq!(answer, echo_call("x"));
 }
 
@@ -170,6 +172,6 @@ fn a_failed_tool_is_withdrawn_for_the_rest_of_the_reply_with_the_reason_told() {
     assert!(matches!(&hooks.done[..], [ToolOutcome::Failed { .. }]), "{:?}", hooks.done);
     assert!(messages[2].content.starts_with("The call failed: the server exited"), "{}", messages[2].content);
     assert!(!messages[2].content.contains("Transport closed"), "the SDK's words add nothing: {}", messages[2].content);
-    assert_eq!(offered, [1, 0]);
+    assert_eq!(offered, [1, 1]);
     assert_eq!(answer, echo_call("y"));
 }

@@ -282,3 +282,20 @@ mod tests {
         );
     }
 }
+
+/// A file attached to a message in the app: what its chip says, and the block appended to the
+/// message (the file under its name, in a fence it cannot close).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]
+pub struct AttachedFile {
+    pub name: String,
+    /// What it was read as: "text", "csv", "PDF, 40 pages".
+    pub what: String,
+    /// Its size as people read it.
+    pub size: String,
+    /// Its tokens by the target model's tokenizer; none for a remote target, whose tokenizer
+    /// is not here.
+    pub tokens: Option<u32>,
+    /// The context the loaded target holds; none when none is loaded.
+    pub context: Option<u32>,
+    pub block: String,
+}

@@ -19,8 +19,8 @@ pub mod tool_calls;
 pub mod tool_card;
 
 pub use app::{
-    AppSettings, CatalogueEntry, ContextInfo, Diagnosis, EngineState, EngineStatus, ModelEntry, ModelRole, PullEvent,
-    RecommendedPair,
+    AppSettings, AttachedFile, CatalogueEntry, ContextInfo, Diagnosis, EngineState, EngineStatus, ModelEntry,
+    ModelRole, PullEvent, RecommendedPair,
 };
 pub use chat::{FunctionCall, Message, Role, ToolCall};
 pub use error::{ErrorCode, ErrorInfo, InvalidSetting};

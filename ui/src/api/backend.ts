@@ -2,6 +2,7 @@
 // desktop app and HTTP against `specula serve` in a plain browser.
 
 import type {
+  AttachedFile,
   BackendError,
   ChatMessage,
   Conversation,
@@ -26,6 +27,8 @@ export interface Backend {
   readonly library?: Library;
   /** MCP servers whose tools replies may call, where the transport has them. */
   readonly tools?: ToolServers;
+  /** Read a file attached to a message: its text's block and its tokens by `settings`' target. */
+  attach?(name: string, bytes: Uint8Array, settings: Settings): Promise<AttachedFile>;
 
   status(): Promise<EngineStatus>;
   /** What went wrong at start-up and was worked around (a history moved aside), to show once. */

@@ -200,6 +200,12 @@ async setToolEnabled(name: string, enabled: boolean) : Promise<McpStatus> {
  */
 async decideToolCall(requestId: number, callId: string, decision: ToolDecision) : Promise<boolean> {
     return await TAURI_INVOKE("decide_tool_call", { requestId, callId, decision });
+},
+/**
+ * Read a file the user picked or dropped (its name and bytes) for the message being written.
+ */
+async readAttachment(name: string, bytes: number[], settings: AppSettings) : Promise<AttachedFile> {
+    return await TAURI_INVOKE("read_attachment", { name, bytes, settings });
 }
 }
 
@@ -266,6 +272,28 @@ cache_mb?: number | null;
  * remote's: `draft`, `drafter` and `k` are kept for when the user switches back).
  */
 remote?: RemoteTarget | null }
+/**
+ * A file attached to a message in the app: what its chip says, and the block appended to the
+ * message (the file under its name, in a fence it cannot close).
+ */
+export type AttachedFile = { name: string; 
+/**
+ * What it was read as: "text", "csv", "PDF, 40 pages".
+ */
+what: string; 
+/**
+ * Its size as people read it.
+ */
+size: string; 
+/**
+ * Its tokens by the target model's tokenizer; none for a remote target, whose tokenizer
+ * is not here.
+ */
+tokens: number | null; 
+/**
+ * The context the loaded target holds; none when none is loaded.
+ */
+context: number | null; block: string }
 export type AutoWord = "auto"
 /**
  * A model of the catalogue of known-good pairs.

@@ -8,6 +8,7 @@ import { commands } from './bindings';
 import type { Backend } from './backend';
 import { applyEvent, isLast } from './events';
 import type {
+  AttachedFile,
   BackendError,
   ChatMessage,
   Conversation,
@@ -183,6 +184,9 @@ export class TauriBackend implements Backend {
 
   openLink(url: string): Promise<void> {
     return run(commands.openLink(url));
+  }
+  attach(name: string, bytes: Uint8Array, settings: Settings): Promise<AttachedFile> {
+    return call(commands.readAttachment(name, Array.from(bytes), settings));
   }
 
   async reply(conversationId: number, settings: Settings, onEvent: (e: ReplyEvent) => void): Promise<ReplyHandle> {

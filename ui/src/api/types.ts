@@ -50,6 +50,7 @@ export type {
   TokenEvent,
   Reasoning,
   Trim,
+  AttachedFile,
   McpServer,
   McpStatus,
   McpTool,

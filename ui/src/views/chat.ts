@@ -8,6 +8,7 @@ import { summarize, summarizeRemote } from '../render/speed';
 import { splitReply, ThinkingBlock } from '../render/thinking';
 import { renderTokens } from '../render/tokens';
 import { partsAtCards, toolCardElement } from '../render/tool-card';
+import { inlinedFileElement, splitAttachments } from '../render/attachments';
 import { iconButton, textButton } from './dom';
 
 export interface ChatParts {
@@ -188,7 +189,12 @@ export class ChatView {
     // An imported reply has its text but no tokens: it reads as markdown.
     else if (m.role === 'assistant' && m.tokens?.length && this.host.colours()) body.replaceChildren(renderTokens(m.tokens));
     else if (m.role === 'assistant') body.replaceChildren(renderMarkdown(m.content));
-    else body.textContent = m.content;
+    else {
+      // A question with files: its text, then each file folded under it.
+      const { text, files } = splitAttachments(m.content);
+      body.textContent = text;
+      for (const file of files) body.append(inlinedFileElement(file));
+    }
   }
 
   /** "41.2 tok/s · … · stopped · draft model · k 4 · greedy" */

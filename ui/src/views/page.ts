@@ -4,6 +4,7 @@
 // (`id="connections"`) would be found instead of it (DOM clobbering; the sanitiser drops `id`
 // and `name` as well).
 
+import type { AttachmentParts } from './attachments';
 import type { AppearanceParts } from './appearance';
 import type { ChatParts } from './chat';
 import { composerParts, type ComposerParts } from './composer';
@@ -23,6 +24,7 @@ export interface Page {
   chat: ChatParts;
   speed: SpeedParts;
   composer: ComposerParts;
+  attachments: AttachmentParts;
   settings: SettingsParts;
   settingsButton: HTMLButtonElement;
   systemPrompt: SystemPromptParts;
@@ -51,6 +53,12 @@ export function findPage(doc: Document): Page {
     chat: { title: $('#title'), messages: $('#messages') },
     speed: speedParts($('#speed-panel')),
     composer: composerParts($<HTMLFormElement>('#composer')),
+    attachments: {
+      form: $<HTMLFormElement>('#composer'),
+      chips: $('#attachments'),
+      button: $<HTMLButtonElement>('#attach-button'),
+      input: $<HTMLInputElement>('#attach-input'),
+    },
     settings: settingsParts($<HTMLDialogElement>('#settings-dialog')),
     settingsButton: $<HTMLButtonElement>('#settings-button'),
     systemPrompt: systemPromptParts($<HTMLButtonElement>('#system-button'), $<HTMLDialogElement>('#system-dialog')),
