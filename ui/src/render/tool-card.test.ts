@@ -34,6 +34,8 @@ describe('a tool call card', () => {
     ].map((outcome) => cardState({ ...asking, outcome }));
     expect(states).toEqual(['denied', 'failed', 'skipped', 'error']);
     expect(cardState({ ...asking, running: true })).toBe('running');
+    // From the history, a question has no buttons and says so.
+    expect(toolCardElement(asking).querySelector('.tool-outcome')?.textContent).toBe('Not answered (Stop ends the reply that asks).');
   });
 
   it("splits a reply's tokens at each card's place, leaving the call's markup to the card", () => {

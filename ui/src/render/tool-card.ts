@@ -63,7 +63,8 @@ export function toolCardElement(card: ToolCard, decide?: (decision: ToolDecision
   args.textContent = typeof card.arguments === 'string' ? card.arguments : JSON.stringify(card.arguments);
   const line = doc.createElement('p');
   line.className = 'tool-outcome';
-  line.textContent = outcomeLine(card);
+  // A question drawn from the history has no buttons: its reply (if it still runs) holds them.
+  line.textContent = cardState(card) === 'asking' && !decide ? 'Not answered (Stop ends the reply that asks).' : outcomeLine(card);
   element.append(head, args, line);
   if (card.outcome?.kind === 'ran') {
     const result = doc.createElement('pre');

@@ -127,6 +127,26 @@ describe('the chat view', () => {
     expect((cut.nextElementSibling as HTMLElement).dataset.id).toBe('6');
   });
 
+  it('counts a reply that called tools as the messages the model saw when it marks a trim, and draws its cards', () => {
+    const { view } = chat();
+    const card = { id: 'call_0_add', server: 'arith', tool: 'add', arguments: { a: 1 }, at: 1, running: false, outcome: { kind: 'ran' as const, text: '2', is_error: false, cut_from: null, ms: 3 } };
+    const called = reply(2, { tokens: [token('{"name": "add", "arguments": {"a": 1}}'), token('It is 2.')], tools: [card] });
+    const messages: ChatMessage[] = [
+      { id: 1, role: 'user', content: 'Add' },
+      called,
+      { id: 3, role: 'user', content: 'Again' },
+      reply(4, { stats: { ...stats, trimmed: { first: 0, messages: 4, tokens: 0 } } }),
+    ];
+    view.show({ ...conversation, messages });
+    // Left out: the question and the reply's three (its call, the result, its answer).
+    const marker = document.querySelector('#messages > .trim-marker')!;
+    expect((marker.nextElementSibling as HTMLElement).dataset.id).toBe('3');
+    const body = document.querySelector('.message[data-id="2"] .body')!;
+    expect(body.querySelector('.tool-card')?.getAttribute('data-state')).toBe('ran');
+    expect(body.textContent).not.toContain('"arguments"');
+    expect(body.textContent).toContain('It is 2.');
+  });
+
   it('an empty chat says how to start; a reply without an end reads as interrupted', () => {
     const { view } = chat();
     view.show(null);

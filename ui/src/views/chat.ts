@@ -48,6 +48,8 @@ const OUTSIDE = /^(https?:|mailto:)/i;
 export class ChatView {
   /** Keep the newest text in view, unless the reader scrolled up to read something else. */
   private following = true;
+  /** The messages drawn, in order: where a trim's place among the model's messages lands. */
+  private shownMessages: ChatMessage[] = [];
 
   constructor(
     private readonly parts: ChatParts,
@@ -70,6 +72,7 @@ export class ChatView {
   show(conversation: Conversation | null): void {
     this.parts.title.textContent = conversation?.title ?? 'Specula';
     const messages = conversation?.messages ?? [];
+    this.shownMessages = messages;
     const root = this.parts.messages;
     root.replaceChildren(...messages.map((m) => this.messageElement(m).element));
     if (messages.length === 0) {
@@ -94,9 +97,20 @@ export class ChatView {
     marker.className = 'trim-marker';
     marker.setAttribute('role', 'note');
     marker.textContent = describeTrim(trim);
-    const before = trim.messages > 0 ? shown[trim.first + trim.messages] : shown[shown.length - 1];
+    const before = trim.messages > 0 ? shown[this.storedIndex(trim.first + trim.messages)] : shown[shown.length - 1];
     if (before) root.insertBefore(marker, before);
     else root.append(marker);
+  }
+
+  /** The drawn message that holds the model's `promptIndex`-th message after the system
+   *  prompt: a reply that called tools was several (each round, each call's result, the answer). */
+  private storedIndex(promptIndex: number): number {
+    let seen = 0;
+    for (const [i, m] of this.shownMessages.entries()) {
+      seen += promptLength(m);
+      if (promptIndex < seen) return i;
+    }
+    return this.shownMessages.length + promptIndex - seen;
   }
 
   /** Add the element a streaming reply is drawn into, after the last message. */
@@ -216,6 +230,14 @@ export class ChatView {
   private button(text: string, name: string, action: () => Promise<void>): HTMLButtonElement {
     return textButton(text, name, () => void action().catch(this.host.onError));
   }
+}
+
+/** How many of the model's messages a stored one is: one, or for a reply that called tools, a
+ *  message per round of calls, one per result, and the answer (src-tauri commands.rs
+ *  `tool_turns`). */
+function promptLength(m: ChatMessage): number {
+  if (m.role !== 'assistant' || !m.tools?.length) return 1;
+  return new Set(m.tools.map((c) => c.at)).size + m.tools.length + 1;
 }
 
 /** "3 earlier messages are out of the model's view to fit its context" (the engine's words,
