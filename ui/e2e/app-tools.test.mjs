@@ -4,8 +4,9 @@
 // lists their tools; the model (the Qwen2.5-Coder pair) calls one; the approval card appears;
 // Allow runs it and the answer uses the result; Deny leaves the model told so; a server that
 // dies mid-call gives a failed card and the reply goes on. Files: a 2 MB CSV is refused as too
-// long for the context with its token count, a binary file with its reason, and a small file is
-// inlined, answered from, and folded under the question. Same set-up as app.test.mjs
+// long for the context with its token count, a binary file with its reason, a 40-page PDF is
+// read with its pages and tokens, and a small file is inlined, answered from, and folded under
+// the question. Same set-up as app.test.mjs
 // (SPECULA_APP, tauri-driver, xvfb-run); the servers' Python is SPECULA_MCP_PYTHON (the venv
 // scripts/test.sh makes). Screenshots go to SPECULA_ARTIFACTS.
 import { test, before, after } from 'node:test';
@@ -17,6 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { scratch } from './scratch.mjs';
 import { startDriver, WebDriver } from './webdriver.mjs';
 import { appSession } from './app-session.mjs';
+import { reportPdf } from './make-pdf.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = resolve(here, '../..');
@@ -174,7 +176,7 @@ test('a server that dies mid-call gives a failed card with its last words, and t
   assert.ok(status.servers.some((s) => s.name === 'shaky'));
 });
 
-test('attached files: a 2 MB CSV is refused with its tokens, a binary file with the reason, and a small one is answered from', async () => {
+test('attached files: a 2 MB CSV is refused with its tokens, a binary file with the reason, a 40-page PDF is read, and a small file is answered from', async () => {
   await invoke('set_tool_enabled', { name: 'echo', enabled: false });
   await wd.click('#new-chat');
   // As a pick or a drop hands them over: File objects on the composer's file input.
@@ -188,24 +190,31 @@ test('attached files: a 2 MB CSV is refused with its tokens, a binary file with 
     dt.items.add(new File([rows.join('\\n')], 'big.csv', { type: 'text/csv' }));
     dt.items.add(new File([new Uint8Array([0x89, 0x50, 0x4e, 0x47, 0, 0, 0, 13, 0, 1, 2])], 'picture.png'));
     dt.items.add(new File(['# Notes\\n\\nThe launch code is AZURE-7-PELICAN.\\n'], 'notes.md'));
+    dt.items.add(new File([arguments[0]], 'report.pdf', { type: 'application/pdf' }));
     const input = document.querySelector('#attach-input');
     input.files = dt.files;
-    input.dispatchEvent(new Event('change'));`);
+    input.dispatchEvent(new Event('change'));`, reportPdf(40));
   const chips = await wd.waitFor(
-    "const c = document.querySelectorAll('#attachments .attachment'); return c.length === 3 && [...c].map((e) => e.className + ': ' + e.textContent)",
-    { timeout: 180_000, what: 'three chips' },
+    "const c = document.querySelectorAll('#attachments .attachment'); return c.length === 4 && [...c].map((e) => e.className + ': ' + e.textContent)",
+    { timeout: 180_000, what: 'four chips' },
   );
   assert.match(chips[0], /refused: big\.csv.*big\.csv is [\d,]{9,} tokens \(csv, 2\.0 MB\), and the context holds 32,768/);
   assert.match(chips[1], /refused: picture\.png.*not a text file \(binary content\)/);
   assert.match(chips[2], /^attachment: notes\.md.*markdown · \d+ bytes · \d+ tokens/);
+  // A 40-page PDF's text fits: accepted, with its pages and tokens (about 25,000, whose
+  // prefill takes this machine half an hour, so it is taken off again before asking).
+  const pdf = /^attachment: report\.pdfPDF, 40 pages · 92 KB · ([\d,]+) tokens/.exec(chips[3]);
+  assert.ok(pdf && Number(pdf[1].replaceAll(',', '')) > 20_000, chips[3]);
   writeFileSync(join(ARTIFACTS, 'app-attachments.png'), await wd.screenshot());
+  await wd.click('#attachments .attachment:nth-child(4) button');
+  await wd.waitFor("return document.querySelectorAll('#attachments .attachment').length === 3", { what: 'the PDF taken off' });
   await ask('What is the launch code in the attached file? Answer with the code only.');
   await wd.waitFor(`return Number(document.body.dataset.replies ?? 0) > ${repliesNow}`, { timeout: 300_000, what: 'the reply' });
   const id = await wd.execute("return Number(document.querySelector('#conversation-list li.current').dataset.id)");
   const { value: conversation } = await invoke('get_conversation', { id });
   const [question, answer] = conversation.messages.slice(-2);
   assert.match(question.content, /\n\nFile: notes\.md\n```markdown\n# Notes/, 'the file is stored with the question');
-  assert.doesNotMatch(question.content, /big\.csv|picture\.png/, 'refused files are not sent');
+  assert.doesNotMatch(question.content, /big\.csv|picture\.png|report\.pdf/, 'refused and removed files are not sent');
   assert.match(answer.content, /AZURE-7-PELICAN/);
   // Under the question, the file folds; the chips are gone.
   const folded = await wd.execute("return [...document.querySelectorAll('#messages .message.user .attached-file summary')].map((s) => s.textContent)");
