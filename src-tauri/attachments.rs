@@ -8,6 +8,7 @@ use crate::access::blocking;
 use crate::error::{CommandResult, ErrorCode, ErrorInfo};
 use crate::settings::AppSettings;
 use crate::AppState;
+use specula_attach::grouped;
 use specula_engine::gguf::GgufFile;
 use specula_engine::protocol::AttachedFile;
 use specula_engine::tokenizer::Tokenizer;
@@ -79,9 +80,9 @@ pub async fn read_attachment(
                     ErrorCode::ContextOverflow,
                     format!(
                         "{name} is {} tokens ({what}, {}), and the context holds {}: attach a part of it",
-                        grouped(tokens),
+                        grouped(tokens as usize),
                         specula_attach::size(file.bytes),
-                        grouped(context)
+                        grouped(context as usize)
                     ),
                 ));
             }
@@ -90,17 +91,4 @@ pub async fn read_attachment(
         Ok(AttachedFile { name, what, size: specula_attach::size(file.bytes), tokens, context, block })
     })
     .await
-}
-
-/// 1767586 as 1,767,586.
-fn grouped(n: u32) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }

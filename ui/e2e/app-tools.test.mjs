@@ -222,3 +222,55 @@ test('attached files: a 2 MB CSV is refused with its tokens, a binary file with 
   assert.equal(await wd.execute("return document.querySelector('#attachments').hidden"), true);
   writeFileSync(join(ARTIFACTS, 'app-attachment-answer.png'), await wd.screenshot());
 });
+
+test('hostile servers: never answers, hangs, answers 100 MB, writes garbage, lists 10,000 tools: each bounded, said, and the app stays usable', async () => {
+  // Cline's `timeout` (seconds) bounds a server's calls: the hang and the garbage end in 3 s.
+  const hostile = (mode, timeout) => ({ command: 'python3', args: [join(root, 'crates/mcp/tests/servers/hostile.py'), mode], ...(timeout ? { timeout } : {}) });
+  const config = JSON.stringify({
+    mcpServers: { hang: hostile('hang', 3), huge: hostile('huge'), garbage: hostile('garbage', 3), silent: hostile('silent', 3), many: hostile('many') },
+  });
+  const { value: status } = await invoke('import_mcp_servers', { text: config });
+  assert.ok(status.servers.some((s) => s.name === 'garbage'));
+  const listed = await waitForTools(['hang__echo', 'huge__echo', 'garbage__echo']);
+  // A server that never answers is listed with why; one that lists 10,000 tools is cut to 64.
+  const { value: servers } = await invoke('mcp_status');
+  const silent = servers.servers.find((s) => s.name === 'silent');
+  assert.match(silent.error, /no answer to the MCP handshake within 3 s/);
+  const many = servers.servers.find((s) => s.name === 'many');
+  assert.equal(many.tools.length, 64);
+  assert.match(many.notice, /lists 10000 tools; the first 64/);
+  await wd.click('#tools-button');
+  await wd.waitFor("return document.querySelector('#mcp-servers [data-server=silent] .error')", { what: 'the silent server listed with why' });
+  writeFileSync(join(ARTIFACTS, 'app-tools-hostile-dialog.png'), await wd.screenshot());
+  await wd.click('#tools-close');
+  const cases = [
+    ['hang__echo', /no answer to the call within 3 s/i],
+    ['huge__echo', /a message over 16 MiB/i],
+    ['garbage__echo', /not JSON-RPC: `\{this is not json-rpc`/],
+  ];
+  for (const [tool, reason] of cases) {
+    // Only this tool is offered, so the model calls it.
+    for (const name of listed) await invoke('set_tool_enabled', { name, enabled: name === tool });
+    await wd.click('#new-chat');
+    const started = Date.now();
+    await askAndDecide(`Use the ${tool} tool to echo the text "hello".`, 'once');
+    const failed = await wd.waitFor(card('failed'), { what: `the failed card of ${tool}` });
+    assert.match(failed, reason, tool);
+    assert.ok(Date.now() - started < 240_000, `${tool} took ${Date.now() - started} ms`);
+    // The window answers at once: the dialog's command, and a new chat.
+    const { value: after } = await invoke('mcp_status');
+    assert.ok(after.servers.length >= 7);
+  }
+  writeFileSync(join(ARTIFACTS, 'app-tool-hostile.png'), await wd.screenshot());
+});
+
+/** Every offered tool name, once `names` are all listed (servers start in the background). */
+async function waitForTools(names) {
+  for (let i = 0; i < 600; i++) {
+    const { value: status } = await invoke('mcp_status');
+    const tools = status.servers.flatMap((s) => s.tools.map((t) => t.name));
+    if (!status.starting && names.every((n) => tools.includes(n))) return tools;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  throw new Error(`the tools ${names} were not listed`);
+}

@@ -131,6 +131,19 @@ fn longest_backtick_run(text: &str) -> usize {
     text.split(|c| c != '`').map(str::len).max().unwrap_or(0)
 }
 
+/// A count as people read it: 1767586 as 1,767,586.
+pub fn grouped(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// A size as people read it.
 pub fn size(bytes: usize) -> String {
     match bytes {
@@ -143,6 +156,13 @@ pub fn size(bytes: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_are_grouped_by_thousands() {
+        assert_eq!(grouped(1_767_586), "1,767,586");
+        assert_eq!(grouped(32_768), "32,768");
+        assert_eq!(grouped(12), "12");
+    }
 
     #[test]
     fn text_code_csv_and_json_are_read_with_their_language() {

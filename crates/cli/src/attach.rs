@@ -3,7 +3,7 @@
 //! would not fit the context (never cut: the user would not know what the model missed).
 
 use crate::safe_text::printable;
-use specula_attach::{Attachment, Kind};
+use specula_attach::{grouped, Attachment, Kind};
 use specula_engine::{Message, Session};
 
 /// Read the files (any refusal names the file and why).
@@ -39,27 +39,4 @@ pub fn check_fit(session: &Session, messages: &[Message], files: &[Attachment]) 
         .into_owned());
     }
     Ok(())
-}
-
-/// 1234567 as 1,234,567.
-fn grouped(n: usize) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn counts_are_grouped_by_thousands() {
-        assert_eq!(super::grouped(701_234), "701,234");
-        assert_eq!(super::grouped(32_768), "32,768");
-        assert_eq!(super::grouped(12), "12");
-    }
 }

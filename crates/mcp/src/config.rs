@@ -13,6 +13,9 @@ use std::path::PathBuf;
 pub struct ServerSpec {
     pub name: String,
     pub endpoint: Endpoint,
+    /// How long each of its requests (the handshake, the tool list, a call) may take: the
+    /// entry's `timeout`, in seconds, as Cline writes it; none: the toolbox's limits.
+    pub call_limit: Option<std::time::Duration>,
 }
 
 #[derive(Clone, PartialEq)]
@@ -86,8 +89,8 @@ impl fmt::Debug for ServerSpec {
 }
 
 /// An entry as the file writes it: every client's fields, each read where it means the same;
-/// fields only other clients read (`autoApprove`, `timeout`, `description`, ...) are ignored,
-/// so that a file written for them imports as it is.
+/// fields only other clients read (`autoApprove`, `description`, ...) are ignored, so that a
+/// file written for them imports as it is.
 #[derive(Deserialize)]
 struct Entry {
     #[serde(rename = "type", alias = "transport")]
@@ -104,6 +107,8 @@ struct Entry {
     headers: BTreeMap<String, String>,
     #[serde(default)]
     disabled: bool,
+    /// Seconds a request may take.
+    timeout: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -124,8 +129,15 @@ pub fn parse(text: &str) -> Result<Vec<ServerSpec>, String> {
         if entry.disabled {
             continue;
         }
+        let call_limit = match entry.timeout {
+            Some(secs) if secs.is_finite() && secs > 0.0 => {
+                Some(std::time::Duration::from_secs_f64(secs.min(86_400.0)))
+            }
+            Some(_) => return Err(format!("MCP server `{name}`: `timeout` is a number of seconds above 0")),
+            None => None,
+        };
         let endpoint = endpoint(entry).map_err(|why| format!("MCP server `{name}`: {why}"))?;
-        specs.push(ServerSpec { name, endpoint });
+        specs.push(ServerSpec { name, endpoint, call_limit });
     }
     Ok(specs)
 }
@@ -196,6 +208,7 @@ mod tests {
         let logged = format!("{:?}", specs[1]);
         assert!(logged.contains("Authorization") && !logged.contains("sk-secret"), "{logged}");
         let with_query = ServerSpec {
+            call_limit: None,
             name: "q".into(),
             endpoint: Endpoint::Http { url: "https://x/mcp?api_key=sk-2".into(), headers: Default::default() },
         };
@@ -239,6 +252,7 @@ mod tests {
         .map(String::from)
         .to_vec();
         let spec = ServerSpec {
+            call_limit: None,
             name: "x".into(),
             endpoint: Endpoint::Stdio { command: "npx".into(), args, env: Default::default(), cwd: None },
         };
@@ -248,9 +262,20 @@ mod tests {
         }
         assert!(shown.contains("https://tools.example.com/mcp") && shown.contains("8080"), "{shown}");
         let http = ServerSpec {
+            call_limit: None,
             name: "h".into(),
             endpoint: Endpoint::Http { url: "https://k:s@h.example/mcp?key=sk-5".into(), headers: Default::default() },
         };
         assert_eq!(http.endpoint_shown(), "https://h.example/mcp (headers [])");
+    }
+
+    #[test]
+    fn a_timeout_in_seconds_bounds_the_servers_calls() {
+        let specs =
+            parse(r#"{"mcpServers": {"slow": {"command": "x", "timeout": 2.5}, "plain": {"command": "y"}}}"#).unwrap();
+        assert_eq!(specs[0].call_limit, Some(std::time::Duration::from_millis(2500)));
+        assert_eq!(specs[1].call_limit, None);
+        let bad = parse(r#"{"mcpServers": {"slow": {"command": "x", "timeout": 0}}}"#).unwrap_err();
+        assert!(bad.contains("`timeout` is a number of seconds above 0"), "{bad}");
     }
 }

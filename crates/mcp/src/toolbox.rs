@@ -59,7 +59,7 @@ impl Toolbox {
             let tasks: Vec<_> = servers
                 .iter()
                 .map(|server| {
-                    let (server, limits) = (server.clone(), limits.clone());
+                    let (server, limits) = (server.clone(), server.limits(&limits));
                     tokio::spawn(async move { server.list(&limits).await })
                 })
                 .collect();
@@ -168,7 +168,7 @@ impl Toolbox {
         let tool = self.find(offered_name).ok_or_else(|| format!("no tool `{offered_name}` is offered"))?;
         let server = self.servers.iter().find(|s| s.spec.name == tool.server).cloned();
         let server = server.ok_or_else(|| format!("no server `{}`", tool.server))?;
-        let (name, limits) = (tool.tool.name.clone(), self.limits.clone());
+        let (name, limits) = (tool.tool.name.clone(), server.limits(&self.limits));
         let runtime = self.runtime.as_ref().ok_or("the tools are shut down")?;
         runtime.block_on(async {
             let call = server.call(&name, arguments, &limits);
@@ -185,6 +185,15 @@ impl Toolbox {
 }
 
 impl Server {
+    /// The toolbox's limits, with this server's own `timeout` (when its entry sets one) for
+    /// each request: the handshake, the tool list and every call.
+    fn limits(&self, base: &Limits) -> Limits {
+        match self.spec.call_limit {
+            Some(limit) => Limits { connect: limit, list: limit, call: limit, ..base.clone() },
+            None => base.clone(),
+        }
+    }
+
     /// The live connection, opened (again) when there is none or it closed.
     async fn connected<'a>(
         &'a self,

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 fn hostile(mode: &str) -> ServerSpec {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/servers/hostile.py");
     ServerSpec {
+        call_limit: None,
         name: mode.to_string(),
         endpoint: Endpoint::Stdio {
             command: "python3".into(),
@@ -120,6 +121,7 @@ fn a_cancelled_call_stops_at_once() {
 #[test]
 fn a_command_that_does_not_exist_is_named() {
     let spec = ServerSpec {
+        call_limit: None,
         name: "ghost".into(),
         endpoint: Endpoint::Stdio {
             command: "no-such-mcp-server".into(),

@@ -39,6 +39,7 @@ fn start_http(port: u16, key: &str) -> HttpServer {
 fn http_spec(port: u16, key: &str) -> ServerSpec {
     let headers = BTreeMap::from([("Authorization".to_string(), format!("Bearer {key}"))]);
     ServerSpec {
+        call_limit: None,
         name: "arith-http".into(),
         endpoint: Endpoint::Http { url: format!("http://127.0.0.1:{port}/mcp"), headers },
     }
@@ -47,6 +48,7 @@ fn http_spec(port: u16, key: &str) -> ServerSpec {
 #[test]
 fn stdio_lists_and_calls_the_sdk_servers_tools() {
     let spec = ServerSpec {
+        call_limit: None,
         name: "arith".into(),
         endpoint: Endpoint::Stdio {
             command: python(),

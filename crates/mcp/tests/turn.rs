@@ -17,6 +17,7 @@ fn toolbox(max_calls: usize) -> Toolbox {
 fn toolbox_of(mode: &str, max_calls: usize) -> Toolbox {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/servers/hostile.py");
     let spec = ServerSpec {
+        call_limit: None,
         name: mode.into(),
         endpoint: Endpoint::Stdio {
             command: "python3".into(),
