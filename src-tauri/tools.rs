@@ -388,8 +388,11 @@ impl Hooks for WindowHooks<'_, '_> {
     }
 
     fn on_done(&mut self, call: &PendingCall, outcome: &ToolOutcome) {
-        // A question no one answered is no one's Deny.
+        // A question no one answered is no one's Deny, and a call Stop cut short did not fail.
         let outcome = match outcome {
+            ToolOutcome::Failed { .. } if self.stop.stopped() => {
+                ToolOutcome::Skipped { reason: "the reply was stopped during the call".into() }
+            }
             ToolOutcome::Denied if std::mem::take(&mut self.unanswered) => ToolOutcome::Skipped {
                 reason: match self.cancelled() {
                     true => "the reply was stopped".into(),
