@@ -270,6 +270,8 @@ pub(crate) fn run(
     let mut approvals = lock(&turn.tools.approvals).get(&turn.conversation_id).cloned().unwrap_or_default();
     let stream = std::cell::RefCell::new(stream);
     let mut first = Some(first);
+    // The last engine reply's end: a reply stopped between rounds ends with its figures.
+    let last_done = std::cell::RefCell::new(None);
     let mut hooks =
         WindowHooks { turn: &turn, request_id, stream: &stream, stop, cards: Vec::new(), unanswered: false };
     let reply = |messages: &[Message], offered: &[serde_json::Value]| -> Result<ReplyEvent, String> {
@@ -287,7 +289,10 @@ pub(crate) fn run(
         let last = stream.borrow_mut().pass_on(&Reply::Local(ticket), first_reply);
         match last {
             Some(ReplyEvent::Failed { error }) => Err(error.message),
-            Some(done) => Ok(done),
+            Some(done) => {
+                *last_done.borrow_mut() = Some(done.clone());
+                Ok(done)
+            }
             None => Err("the engine ended the reply without an end".into()),
         }
     };
@@ -299,7 +304,12 @@ pub(crate) fn run(
         Ok(done) => done,
         Err(reason) if stop.stopped() => {
             tracing::debug!("a reply with tools was stopped: {reason}");
-            specula_engine::Generation::cancelled(0).into_done()
+            match last_done.into_inner() {
+                Some(ReplyEvent::Done { text, stats, .. }) => {
+                    ReplyEvent::Done { finish_reason: specula_engine::FinishReason::Cancelled, text, stats }
+                }
+                _ => specula_engine::Generation::cancelled(0).into_done(),
+            }
         }
         Err(reason) => ReplyEvent::Failed { error: ErrorInfo::new(ErrorCode::EngineFailure, reason) },
     };
