@@ -1,6 +1,6 @@
 //! A conversation's current branch as Markdown: for reading and sharing, not for import.
 
-use specula_protocol::history::Conversation;
+use specula_protocol::history::{Conversation, StoredMessage};
 use specula_protocol::Role;
 
 /// The title, the system prompt if any, then each message under its speaker's heading; a
@@ -18,14 +18,47 @@ pub fn conversation(c: &Conversation) -> String {
             Role::System => "System",
             Role::Tool => "Tool",
         };
-        out.push_str(&format!("## {speaker}\n\n{}\n\n", m.content.trim_end()));
-        for card in &m.tools {
-            out.push_str(&tool_card(card));
-        }
+        out.push_str(&format!("## {speaker}\n\n"));
+        out.push_str(&body(m));
         if let Some(label) = m.settings_label.as_deref().filter(|_| m.role == Role::Assistant) {
             let speed = m.stats.as_ref().map(|s| format!("{:.1} tok/s · ", s.tokens_per_second)).unwrap_or_default();
             out.push_str(&format!("*{speed}{label}*\n\n"));
         }
+    }
+    out
+}
+
+/// A message's text; a reply that called tools as its parts, each call quoted where the model
+/// made it (the call's own markup left out: the quote says it).
+fn body(m: &StoredMessage) -> String {
+    let tokens = m.tokens.as_deref().unwrap_or_default();
+    if m.tools.is_empty() || tokens.is_empty() {
+        let cards: String = m.tools.iter().map(tool_card).collect();
+        return format!("{}\n\n{cards}", m.content.trim_end());
+    }
+    let text = |from: usize, to: usize| -> String {
+        tokens[from.min(tokens.len())..to.clamp(from, tokens.len())].iter().map(|t| t.text.as_str()).collect()
+    };
+    let mut out = String::new();
+    let mut from = 0;
+    let mut cards = m.tools.iter().peekable();
+    while let Some(card) = cards.next() {
+        let at = (card.at as usize).max(from);
+        let mut group = vec![card];
+        while let Some(next) = cards.next_if(|c| c.at == card.at) {
+            group.push(next);
+        }
+        let names: Vec<&str> = group.iter().map(|c| c.tool.as_str()).collect();
+        let part = specula_protocol::tool_calls::parse(&text(from, at), &names).content;
+        if !part.trim().is_empty() {
+            out.push_str(&format!("{}\n\n", part.trim_end()));
+        }
+        out.extend(group.into_iter().map(tool_card));
+        from = at;
+    }
+    let rest = text(from, tokens.len());
+    if !rest.trim().is_empty() {
+        out.push_str(&format!("{}\n\n", rest.trim_end()));
     }
     out
 }
@@ -78,6 +111,48 @@ mod tests {
         assert_eq!(
             conversation(&c),
             "# Primes\n\n> **System:** Be brief.\n> Very.\n\n## You\n\nName a prime.\n\n## Assistant\n\n7\n\n"
+        );
+    }
+
+    #[test]
+    fn a_reply_that_called_a_tool_reads_with_the_call_quoted_where_it_was_made() {
+        let token = |text: &str| specula_protocol::TokenEvent {
+            id: 0,
+            text: text.into(),
+            source: specula_protocol::Source::Target,
+            p: None,
+            q: None,
+            alternatives: Vec::new(),
+        };
+        let texts =
+            ["Adding.", "\n<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1}}\n</tool_call>", "It is 3."];
+        let mut reply = message(Role::Assistant, &texts.concat());
+        reply.tokens = Some(texts.iter().map(|t| token(t)).collect());
+        reply.tools = vec![specula_protocol::ToolCard {
+            id: "call_0_add".into(),
+            server: "arith".into(),
+            tool: "add".into(),
+            arguments: serde_json::json!({"a": 1}),
+            at: 2,
+            running: false,
+            outcome: Some(specula_protocol::ToolOutcome::Ran {
+                text: "3".into(),
+                is_error: false,
+                cut_from: None,
+                ms: 2,
+            }),
+        }];
+        let c = Conversation {
+            id: 1,
+            title: "Sum".into(),
+            system_prompt: String::new(),
+            updated_at: 0,
+            messages: vec![reply],
+            thinking: None,
+        };
+        assert_eq!(
+            conversation(&c),
+            "# Sum\n\n## Assistant\n\nAdding.\n\n> **Tool call** `add` `{\"a\":1}` (server `arith`)\n> result in 2 ms: 3\n\nIt is 3.\n\n"
         );
     }
 }
