@@ -421,3 +421,34 @@ impl Hooks for WindowHooks<'_, '_> {
         self.stop.stopped() || self.stream.borrow().closed()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn imports_merge_servers_by_name_into_a_private_file_and_a_bad_one_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let tools = Tools::new(dir.path());
+        tools
+            .import(r#"{"mcpServers": {"a": {"command": "x"}, "b": {"command": "y", "env": {"K": "secret"}}}}"#)
+            .unwrap();
+        tools.import(r#"{"mcpServers": {"b": {"command": "z"}}}"#).unwrap();
+        let file = dir.path().join("mcp.json");
+        let servers = servers_of(&std::fs::read_to_string(&file).unwrap()).unwrap();
+        assert_eq!(servers.keys().collect::<Vec<_>>(), ["a", "b"], "in order, b replaced");
+        assert_eq!(servers["b"]["command"], "z");
+        #[cfg(unix)]
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&file).unwrap().permissions()) & 0o777,
+            0o600
+        );
+        let before = std::fs::read_to_string(&file).unwrap();
+        let refused = tools.import(r#"{"mcpServers": {"c": {"url": "http://h/sse", "type": "sse"}}}"#).unwrap_err();
+        assert_eq!(refused.code, ErrorCode::InvalidSetting);
+        assert!(tools.import("not json").is_err());
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), before, "nothing written");
+        tools.remove("a").unwrap();
+        assert_eq!(servers_of(&std::fs::read_to_string(&file).unwrap()).unwrap().keys().collect::<Vec<_>>(), ["b"]);
+    }
+}
