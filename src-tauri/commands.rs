@@ -276,28 +276,15 @@ pub(crate) fn chat_messages(conversation: &Conversation, with_tools: bool) -> Ve
     system.into_iter().chain(turns).collect()
 }
 
-/// A reply that called tools, as the model saw it: each part of its text up to a call, the
-/// call, its result, and on; the last part is the answer.
+/// A reply that called tools, as the model saw it: each round's text and calls, their results,
+/// and on; the last round is the answer.
 fn tool_turns(m: &StoredMessage) -> Vec<Message> {
     let tokens = m.tokens.as_deref().unwrap_or_default();
-    let text = |from: usize, to: usize| -> String {
-        tokens[from.min(tokens.len())..to.min(tokens.len())].iter().map(|t| t.text.as_str()).collect()
-    };
     let mut messages = Vec::new();
-    let mut from = 0;
-    let mut cards = m.tools.iter().peekable();
-    while let Some(card) = cards.next() {
-        // Never before the last part's end (an archive may say anything).
-        let at = (card.at as usize).max(from);
-        // Calls read from one part of the text share its assistant message.
-        let mut calls = vec![card];
-        while let Some(next) = cards.next_if(|c| c.at == card.at) {
-            calls.push(next);
-        }
-        let names: Vec<&str> = calls.iter().map(|c| c.tool.as_str()).collect();
-        let content = specula_engine::protocol::tool_calls::parse(&text(from, at), &names).content;
-        let mut assistant = Message::assistant(content);
-        assistant.tool_calls = calls
+    for round in specula_engine::protocol::tool_card::rounds(tokens, &m.tools) {
+        let mut assistant = Message::assistant(round.text);
+        assistant.tool_calls = round
+            .calls
             .iter()
             .map(|c| specula_engine::protocol::ToolCall {
                 id: c.id.clone(),
@@ -309,15 +296,13 @@ fn tool_turns(m: &StoredMessage) -> Vec<Message> {
             })
             .collect();
         messages.push(assistant);
-        for c in calls {
+        for c in round.calls {
             let outcome = c.outcome.clone().unwrap_or(ToolOutcome::Skipped { reason: "the reply ended first".into() });
             let mut result = Message::new(Role::Tool, outcome.for_model());
             result.tool_call_id = Some(c.id.clone());
             messages.push(result);
         }
-        from = at;
     }
-    messages.push(Message::assistant(text(from, tokens.len())));
     messages
 }
 

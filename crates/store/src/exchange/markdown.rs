@@ -28,7 +28,7 @@ pub fn conversation(c: &Conversation) -> String {
     out
 }
 
-/// A message's text; a reply that called tools as its parts, each call quoted where the model
+/// A message's text; a reply that called tools as its rounds, each call quoted where the model
 /// made it (the call's own markup left out: the quote says it).
 fn body(m: &StoredMessage) -> String {
     let tokens = m.tokens.as_deref().unwrap_or_default();
@@ -36,29 +36,12 @@ fn body(m: &StoredMessage) -> String {
         let cards: String = m.tools.iter().map(tool_card).collect();
         return format!("{}\n\n{cards}", m.content.trim_end());
     }
-    let text = |from: usize, to: usize| -> String {
-        tokens[from.min(tokens.len())..to.clamp(from, tokens.len())].iter().map(|t| t.text.as_str()).collect()
-    };
     let mut out = String::new();
-    let mut from = 0;
-    let mut cards = m.tools.iter().peekable();
-    while let Some(card) = cards.next() {
-        let at = (card.at as usize).max(from);
-        let mut group = vec![card];
-        while let Some(next) = cards.next_if(|c| c.at == card.at) {
-            group.push(next);
+    for round in specula_protocol::tool_card::rounds(tokens, &m.tools) {
+        if !round.text.trim().is_empty() {
+            out.push_str(&format!("{}\n\n", round.text.trim_end()));
         }
-        let names: Vec<&str> = group.iter().map(|c| c.tool.as_str()).collect();
-        let part = specula_protocol::tool_calls::parse(&text(from, at), &names).content;
-        if !part.trim().is_empty() {
-            out.push_str(&format!("{}\n\n", part.trim_end()));
-        }
-        out.extend(group.into_iter().map(tool_card));
-        from = at;
-    }
-    let rest = text(from, tokens.len());
-    if !rest.trim().is_empty() {
-        out.push_str(&format!("{}\n\n", rest.trim_end()));
+        out.extend(round.calls.into_iter().map(tool_card));
     }
     out
 }
