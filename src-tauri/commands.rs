@@ -281,7 +281,7 @@ pub(crate) fn chat_messages(conversation: &Conversation, with_tools: bool) -> Ve
 fn tool_turns(m: &StoredMessage) -> Vec<Message> {
     let tokens = m.tokens.as_deref().unwrap_or_default();
     let mut messages = Vec::new();
-    for round in specula_engine::protocol::tool_card::rounds(tokens, &m.tools) {
+    for round in specula_engine::protocol::tool_calls::rounds(tokens, &m.tools) {
         let mut assistant = Message::assistant(round.text);
         assistant.tool_calls = round
             .calls

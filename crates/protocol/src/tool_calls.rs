@@ -117,6 +117,40 @@ fn call_of(json: &str, known: &[&str]) -> Option<Call> {
     Some(Call { name: name.to_string(), arguments })
 }
 
+/// One round of a reply that called tools: its text up to its calls (their own markup left
+/// out), and those calls; the last round is the answer, with none.
+#[derive(Debug, PartialEq)]
+pub struct Round<'a> {
+    pub text: String,
+    pub calls: Vec<&'a crate::ToolCard>,
+}
+
+/// A reply's tokens and its cards as the rounds the model wrote: split at each card's `at`
+/// (cards of one place share a round). The prompt of the reply's next turn and its Markdown
+/// export both read the reply this way.
+pub fn rounds<'a>(tokens: &[crate::TokenEvent], cards: &'a [crate::ToolCard]) -> Vec<Round<'a>> {
+    let text = |from: usize, to: usize| -> String {
+        let from = from.min(tokens.len());
+        tokens[from..to.clamp(from, tokens.len())].iter().map(|t| t.text.as_str()).collect()
+    };
+    let mut rounds = Vec::new();
+    let mut from = 0;
+    let mut cards = cards.iter().peekable();
+    while let Some(card) = cards.next() {
+        // Never before the last round's end (an archive may say anything).
+        let at = (card.at as usize).max(from);
+        let mut calls = vec![card];
+        while let Some(next) = cards.next_if(|c| c.at == card.at) {
+            calls.push(next);
+        }
+        let names: Vec<&str> = calls.iter().map(|c| c.tool.as_str()).collect();
+        rounds.push(Round { text: parse(&text(from, at), &names).content, calls });
+        from = at;
+    }
+    rounds.push(Round { text: text(from, tokens.len()), calls: Vec::new() });
+    rounds
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,5 +214,37 @@ mod tests {
         let text = "<tool_call>\n{\"name\": \"add\", \"argu";
         assert_eq!(parse(text, KNOWN).calls, vec![]);
         assert_eq!(parse(text, KNOWN).content, text);
+    }
+}
+
+#[cfg(test)]
+mod rounds_tests {
+    use super::*;
+
+    #[test]
+    fn rounds_never_panic_on_places_out_of_order_or_past_the_end() {
+        let token = |text: &str| crate::TokenEvent {
+            id: 0,
+            text: text.into(),
+            source: crate::Source::Target,
+            p: None,
+            q: None,
+            alternatives: Vec::new(),
+        };
+        let card = |id: &str, at| crate::ToolCard {
+            id: id.into(),
+            server: "s".into(),
+            tool: "t".into(),
+            arguments: serde_json::Value::Null,
+            at,
+            running: false,
+            outcome: None,
+        };
+        let tokens = [token("a"), token("b"), token("c")];
+        let cards = [card("1", 9), card("2", 1)];
+        let rounds = rounds(&tokens, &cards);
+        let texts: Vec<&str> = rounds.iter().map(|r| r.text.as_str()).collect();
+        assert_eq!(texts, ["abc", "", ""]);
+        assert_eq!(rounds.iter().map(|r| r.calls.len()).collect::<Vec<_>>(), [1, 1, 0]);
     }
 }

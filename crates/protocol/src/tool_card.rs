@@ -67,40 +67,6 @@ impl ToolOutcome {
     }
 }
 
-/// One round of a reply that called tools: its text up to its calls (their own markup left
-/// out), and those calls; the last round is the answer, with none.
-#[derive(Debug, PartialEq)]
-pub struct Round<'a> {
-    pub text: String,
-    pub calls: Vec<&'a ToolCard>,
-}
-
-/// A reply's tokens and its cards as the rounds the model wrote: split at each card's `at`
-/// (cards of one place share a round). The prompt of the reply's next turn and its Markdown
-/// export both read the reply this way.
-pub fn rounds<'a>(tokens: &[crate::TokenEvent], cards: &'a [ToolCard]) -> Vec<Round<'a>> {
-    let text = |from: usize, to: usize| -> String {
-        let from = from.min(tokens.len());
-        tokens[from..to.clamp(from, tokens.len())].iter().map(|t| t.text.as_str()).collect()
-    };
-    let mut rounds = Vec::new();
-    let mut from = 0;
-    let mut cards = cards.iter().peekable();
-    while let Some(card) = cards.next() {
-        // Never before the last round's end (an archive may say anything).
-        let at = (card.at as usize).max(from);
-        let mut calls = vec![card];
-        while let Some(next) = cards.next_if(|c| c.at == card.at) {
-            calls.push(next);
-        }
-        let names: Vec<&str> = calls.iter().map(|c| c.tool.as_str()).collect();
-        rounds.push(Round { text: crate::tool_calls::parse(&text(from, at), &names).content, calls });
-        from = at;
-    }
-    rounds.push(Round { text: text(from, tokens.len()), calls: Vec::new() });
-    rounds
-}
-
 /// A reason (written in lower case, to follow a colon) as a sentence of its own.
 pub fn sentence(reason: &str) -> String {
     let mut chars = reason.chars();
@@ -146,36 +112,4 @@ pub struct McpTool {
     pub description: String,
     /// Offered to the model (a switch in the dialog).
     pub enabled: bool,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rounds_never_panic_on_places_out_of_order_or_past_the_end() {
-        let token = |text: &str| crate::TokenEvent {
-            id: 0,
-            text: text.into(),
-            source: crate::Source::Target,
-            p: None,
-            q: None,
-            alternatives: Vec::new(),
-        };
-        let card = |id: &str, at| ToolCard {
-            id: id.into(),
-            server: "s".into(),
-            tool: "t".into(),
-            arguments: serde_json::Value::Null,
-            at,
-            running: false,
-            outcome: None,
-        };
-        let tokens = [token("a"), token("b"), token("c")];
-        let cards = [card("1", 9), card("2", 1)];
-        let rounds = rounds(&tokens, &cards);
-        let texts: Vec<&str> = rounds.iter().map(|r| r.text.as_str()).collect();
-        assert_eq!(texts, ["abc", "", ""]);
-        assert_eq!(rounds.iter().map(|r| r.calls.len()).collect::<Vec<_>>(), [1, 1, 0]);
-    }
 }

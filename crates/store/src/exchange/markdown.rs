@@ -37,7 +37,7 @@ fn body(m: &StoredMessage) -> String {
         return format!("{}\n\n{cards}", m.content.trim_end());
     }
     let mut out = String::new();
-    for round in specula_protocol::tool_card::rounds(tokens, &m.tools) {
+    for round in specula_protocol::tool_calls::rounds(tokens, &m.tools) {
         if !round.text.trim().is_empty() {
             out.push_str(&format!("{}\n\n", round.text.trim_end()));
         }
