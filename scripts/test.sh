@@ -112,11 +112,8 @@ contained openai-sdk 900 env SPECULA_BIN="$target_dir/debug/specula" \
 contained browser-e2e 600 env -C ui SPECULA_BIN="$target_dir/debug/specula" npm run e2e
 contained app-e2e 900 env -C ui SPECULA_APP="$target_dir/debug/specula-app" \
   TAURI_DRIVER="$HOME/.cache/specula/tools/bin/tauri-driver" \
-  xvfb-run -a node --test e2e/app.test.mjs e2e/app-memory.test.mjs e2e/app-remote.test.mjs e2e/app-disk.test.mjs
-# MCP tools and attachments in the window (real MCP servers from the mcp venv above).
-contained app-tools-e2e 900 env -C ui SPECULA_APP="$target_dir/debug/specula-app" \
-  TAURI_DRIVER="$HOME/.cache/specula/tools/bin/tauri-driver" \
-  xvfb-run -a node --test e2e/app-tools.test.mjs
+  xvfb-run -a node --test e2e/app.test.mjs e2e/app-memory.test.mjs e2e/app-remote.test.mjs e2e/app-disk.test.mjs \
+  e2e/app-tools.test.mjs
 
 # The .deb, packaged from the same debug build (no rebuild), installed into this machine, its
 # installed app driven through a first run (no models: the Library downloads the recommended
