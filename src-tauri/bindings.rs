@@ -30,6 +30,7 @@ pub fn builder() -> Builder<tauri::Wry> {
             commands::rename_conversation,
             commands::set_system_prompt,
             commands::set_thinking,
+            commands::set_overflow,
             commands::delete_conversation,
             commands::add_message,
             history::branch_before,

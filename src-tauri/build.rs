@@ -16,6 +16,7 @@ fn main() {
         "rename_conversation",
         "set_system_prompt",
         "set_thinking",
+        "set_overflow",
         "delete_conversation",
         "add_message",
         "branch_before",

@@ -11,7 +11,7 @@ use specula_engine::protocol::{
     split_reasoning, split_tokens, EngineStatus, ModelEntry, ReplyEvent, ReplyStarted, ToolOutcome,
 };
 use specula_engine::service::{Request, Ticket};
-use specula_engine::{check_draft_for, inspect, Message, Role};
+use specula_engine::{check_draft_for, inspect, Message, Overflow, Role};
 use specula_store::{Conversation, ConversationSummary, StoredMessage};
 use std::path::{Path, PathBuf};
 use tauri::ipc::Channel;
@@ -183,6 +183,13 @@ pub fn set_system_prompt(state: State<'_, AppState>, id: i64, text: String) -> C
 
 /// Whether the conversation's replies think first (Qwen3's `enable_thinking`); none: the
 /// model's template decides.
+/// What the conversation's replies do when it outgrows the context; none: the app's setting.
+#[tauri::command]
+#[specta::specta]
+pub fn set_overflow(state: State<'_, AppState>, id: i64, overflow: Option<Overflow>) -> CommandResult<()> {
+    with_store(&state, |s| s.set_overflow(id, overflow))
+}
+
 #[tauri::command]
 #[specta::specta]
 pub fn set_thinking(state: State<'_, AppState>, id: i64, thinking: Option<bool>) -> CommandResult<()> {
@@ -221,8 +228,10 @@ pub fn reply(
     settings: AppSettings,
     on_event: Channel<ReplyEvent>,
 ) -> CommandResult<ReplyStarted> {
-    let settings = settings.for_one_reply();
     let conversation = with_store(&state, |s| s.conversation(conversation_id))?;
+    let mut settings = settings.for_one_reply();
+    // The chat's own overflow policy, where it has one, in the request and the stored settings.
+    settings.overflow = conversation.overflow.unwrap_or(settings.overflow);
     // The settings become the reply's request once, checked before anything is stored.
     // A remote engine is sent each reply as its text: its calls and results are not its own.
     let mut request = settings.reply_request(chat_messages(&conversation, settings.remote.is_none()))?;
@@ -387,6 +396,7 @@ mod tests {
             updated_at: 0,
             messages: vec![question, thought, plain],
             thinking: Some(false),
+            overflow: None,
         };
         let messages = chat_messages(&conversation, true);
         assert_eq!((messages[1].content.as_str(), messages[1].reasoning_content.as_deref()), ("Yes", Some("Hm.")));
@@ -424,6 +434,7 @@ mod tests {
             updated_at: 0,
             messages: vec![called],
             thinking: None,
+            overflow: None,
         };
         let messages = chat_messages(&conversation, true);
         let roles: Vec<&Role> = messages.iter().map(|m| &m.role).collect();

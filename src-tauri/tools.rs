@@ -38,9 +38,6 @@ pub struct Tools {
 struct Running {
     specs: Vec<ServerSpec>,
     toolbox: Option<Arc<Toolbox>>,
-    /// Bumped at each (re)start: a start that finishes after a newer one began is dropped.
-    generation: u64,
-    starting: bool,
     error: Option<String>,
 }
 
@@ -58,18 +55,16 @@ impl Tools {
         })
     }
 
-    /// Start the servers the file names, in the background (a server may take up to a minute
-    /// to answer); `disabled` are the tools the user turned off.
+    /// Start the servers the file names, in the background: each one's tools are offered as
+    /// it answers (a server may take up to a minute); `disabled` are the tools the user turned
+    /// off.
     pub fn start(self: &Arc<Self>, disabled: HashSet<String>) {
-        let text = match std::fs::read_to_string(&self.path) {
-            Ok(text) => text,
+        let specs = match std::fs::read_to_string(&self.path) {
+            Ok(text) => specula_mcp::parse_config(&text),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
-            Err(e) => {
-                lock(&self.running).error = Some(format!("{}: {e}", self.path.display()));
-                return;
-            }
+            Err(e) => Err(format!("{}: {e}", self.path.display())),
         };
-        let specs = match specula_mcp::parse_config(&text) {
+        let specs = match specs {
             Ok(specs) => specs,
             Err(e) => {
                 lock(&self.running).error = Some(e);
@@ -78,70 +73,45 @@ impl Tools {
         };
         // "Always" named a tool of the servers as they were; a new set asks again.
         lock(&self.approvals).clear();
-        let generation = {
-            let mut running = lock(&self.running);
-            running.generation += 1;
-            *running = Running {
-                specs: specs.clone(),
-                toolbox: None,
-                generation: running.generation,
-                starting: true,
-                error: None,
-            };
-            running.generation
+        let running = match Toolbox::spawn(specs.clone(), Limits::default()) {
+            Ok(toolbox) => {
+                toolbox.disable(disabled);
+                Running { specs, toolbox: Some(Arc::new(toolbox)), error: None }
+            }
+            Err(e) => Running { specs, toolbox: None, error: Some(format!("the MCP runtime could not start: {e}")) },
         };
-        let tools = self.clone();
-        let started = std::thread::Builder::new().name("mcp-start".into()).spawn(move || {
-            let toolbox = Toolbox::start(specs, Limits::default());
-            let mut running = lock(&tools.running);
-            if running.generation != generation {
-                return; // a newer start replaced this one
-            }
-            running.starting = false;
-            match toolbox {
-                Ok(toolbox) => {
-                    for name in &disabled {
-                        toolbox.set_enabled(name, false);
-                    }
-                    running.toolbox = Some(Arc::new(toolbox));
-                }
-                Err(e) => running.error = Some(format!("the MCP runtime could not start: {e}")),
-            }
-        });
-        if let Err(e) = started {
-            lock(&self.running).error = Some(format!("starting the MCP servers: {e}"));
-        }
+        // The old toolbox's servers stop when the last reply holding it ends.
+        *lock(&self.running) = running;
     }
 
     pub fn status(&self) -> McpStatus {
         let running = lock(&self.running);
+        let (status, tools) = running.toolbox.as_ref().map(|t| (t.status(), t.tools())).unwrap_or_default();
         let servers = running
             .specs
             .iter()
             .map(|spec| {
-                let listed = running.toolbox.as_ref().and_then(|t| t.status().iter().find(|s| s.name == spec.name));
-                let tools = running.toolbox.as_ref().map_or_else(Vec::new, |toolbox| {
-                    toolbox
-                        .tools()
-                        .iter()
-                        .filter(|t| t.server == spec.name)
-                        .map(|t| McpTool {
-                            name: t.offered_name.clone(),
-                            description: t.tool.description.clone(),
-                            enabled: toolbox.is_enabled(&t.offered_name),
-                        })
-                        .collect()
-                });
+                let listed = status.iter().find(|s| s.name == spec.name);
+                let tools = tools
+                    .iter()
+                    .filter(|t| t.server == spec.name)
+                    .map(|t| McpTool {
+                        name: t.offered_name.clone(),
+                        description: t.tool.description.clone(),
+                        enabled: running.toolbox.as_ref().is_some_and(|toolbox| toolbox.is_enabled(&t.offered_name)),
+                    })
+                    .collect();
                 McpServer {
                     name: spec.name.clone(),
                     endpoint: spec.endpoint_shown(),
                     tools,
+                    starting: listed.is_some_and(|s| s.starting),
                     error: listed.and_then(|s| s.error.clone()),
                     notice: listed.and_then(|s| s.notice.clone()),
                 }
             })
             .collect();
-        McpStatus { servers, starting: running.starting, error: running.error.clone() }
+        McpStatus { servers, starting: status.iter().any(|s| s.starting), error: running.error.clone() }
     }
 
     /// The toolbox when it has a tool to offer.

@@ -54,6 +54,7 @@ class FakeBackend implements Backend {
   release = () => {};
   replies: Settings[] = [];
   cancels = 0;
+  readonly decisions: string[] = [];
 
   /** Each conversation with the branch it shows. */
   get chats(): Map<number, Conversation> {
@@ -86,6 +87,9 @@ class FakeBackend implements Backend {
   }
   async setSystemPrompt(id: number, text: string) {
     this.store.update(id, (c) => (c.system_prompt = text));
+  }
+  async setOverflow(id: number, overflow: Settings['overflow'] | null) {
+    this.store.update(id, (c) => (c.overflow = overflow));
   }
   async setThinking(id: number, thinking: boolean | null) {
     this.store.update(id, (c) => (c.thinking = thinking));
@@ -147,7 +151,12 @@ class FakeBackend implements Backend {
       };
       setTimeout(tick);
     });
-    return { cancel: async () => void ((cancelled = true), (this.cancels += 1)), done };
+    return {
+      cancel: async () => void ((cancelled = true), (this.cancels += 1)),
+      decide: async (callId, decision) => void this.decisions.push(`${callId} ${decision}`),
+      messageId: message.id,
+      done,
+    };
   }
 }
 
@@ -207,6 +216,49 @@ describe('the controller', () => {
     expect($('#summary').textContent).toBe(summarize(stats, 4));
     expect([$('#send').hidden, $('#stop').hidden, $('#speed-panel').hidden]).toEqual([false, true, false]);
     expect([...document.querySelectorAll<HTMLElement>('#conversation-list li.current')].map((li) => li.dataset.id)).toEqual([String(chat.id)]);
+  });
+
+  it('a reply left streaming in its chat is there again when the chat is reopened, its question still answerable', async () => {
+    const backend = new FakeBackend();
+    const card = { id: 'call_0_add', server: 'arith', tool: 'add', arguments: { a: 1234, b: 5678 }, at: 1, running: false };
+    backend.script = [hello[0], { kind: 'tokens', tokens: [token('Adding.')] }, { kind: 'tool', card }, ...hello.slice(1)];
+    backend.hold = 3;
+    const [chat, other] = [backend.store.create(), backend.store.create()];
+    await start(backend);
+    $(`#conversation-list li[data-id="${chat.id}"] .open`).click();
+    await vi.waitFor(() => expect($('#conversation-list li.current').dataset.id).toBe(String(chat.id)));
+    const ended = await ask('Add 1234 and 5678');
+    const buttons = () => document.querySelectorAll<HTMLButtonElement>('#messages .streaming .tool-decision button');
+    await vi.waitFor(() => expect(buttons().length).toBe(3));
+
+    $(`#conversation-list li[data-id="${other.id}"] .open`).click();
+    await vi.waitFor(() => expect(document.querySelector('#messages .streaming')).toBeNull());
+    $(`#conversation-list li[data-id="${chat.id}"] .open`).click();
+    // The live reply in place of its stored copy, not beside it, with its card's buttons.
+    await vi.waitFor(() => expect(buttons().length).toBe(3));
+    expect(document.querySelectorAll('#messages article.message.assistant').length).toBe(1);
+    buttons()[0].click();
+    expect(backend.decisions).toEqual(['call_0_add once']);
+    backend.release();
+    await ended();
+    expect($('#messages .message.assistant .body').textContent).toContain('Hello');
+  });
+
+  it('each chat keeps its own choice of what happens when it outgrows the context', async () => {
+    const backend = new FakeBackend();
+    const [long, short] = [backend.store.create(), backend.store.create()];
+    await start(backend);
+    const select = $<HTMLSelectElement>('#overflow-select');
+    $(`#conversation-list li[data-id="${long.id}"] .open`).click();
+    await vi.waitFor(() => expect($('#conversation-list li.current').dataset.id).toBe(String(long.id)));
+    select.value = 'rolling';
+    select.dispatchEvent(new Event('change'));
+    await vi.waitFor(() => expect(backend.store.get(long.id).overflow).toBe('rolling'));
+    $(`#conversation-list li[data-id="${short.id}"] .open`).click();
+    await vi.waitFor(() => expect(select.value).toBe(''));
+    $(`#conversation-list li[data-id="${long.id}"] .open`).click();
+    await vi.waitFor(() => expect(select.value).toBe('rolling'));
+    expect(backend.store.get(short.id).overflow ?? null).toBeNull();
   });
 
   it('Stop cancels the reply, which is kept as stopped; Edit resends in its place', async () => {

@@ -2,7 +2,7 @@
 // the reply that streams) and wires the views to them. The views keep only what they show.
 
 import type { Backend } from './api/backend';
-import type { ChatMessage, Connection, Conversation, EngineStatus, ModelEntry, Settings } from './api/types';
+import type { ChatMessage, Connection, Conversation, EngineStatus, ModelEntry, Overflow, Settings } from './api/types';
 import { DEFAULT_SETTINGS } from './api/types';
 import { summarize, summarizeRemote } from './render/speed';
 import type { Appearance } from './views/appearance';
@@ -36,6 +36,8 @@ export class Controller {
   /** The open conversation; none for a new chat not yet sent. */
   private conversation: Conversation | null = null;
   private streaming: LiveReply | null = null;
+  /** The chat the streaming reply belongs to. */
+  private streamingIn: number | null = null;
   /** A Send or Regenerate is under way (set at once, before its first await): a second one
    *  waits its turn rather than attach a reply to a reply. */
   private busy = false;
@@ -133,6 +135,7 @@ export class Controller {
       sibling: (step) => this.sibling(step),
     });
     page.thinking.addEventListener('change', () => void this.setThinking(page.thinking.value).catch(onError));
+    page.overflow.addEventListener('change', () => void this.setOverflow(page.overflow.value).catch(onError));
     new SystemPromptDialog(page.systemPrompt, {
       current: () => this.conversation?.system_prompt ?? '',
       save: (text) => this.setSystemPrompt(text),
@@ -307,8 +310,10 @@ export class Controller {
   /** Draw the open conversation, and its own settings in the header. */
   private draw(): void {
     this.chat.show(this.conversation);
+    if (this.streaming && this.streamingIn === this.conversation?.id) this.streaming.reattach();
     const thinking = this.conversation?.thinking;
     this.page.thinking.value = thinking == null ? '' : thinking ? 'on' : 'off';
+    this.page.overflow.value = this.conversation?.overflow ?? '';
   }
 
   /** The header's choice: on, off, or '' for the model's default. */
@@ -318,6 +323,17 @@ export class Controller {
     const thinking = choice === '' ? null : choice === 'on';
     await this.backend.setThinking(this.conversation.id, thinking);
     this.conversation.thinking = thinking;
+    if (created) await this.refreshAll();
+  }
+
+  /** The header's choice of what this chat does when it outgrows the context, or '' for the
+   *  setting's. */
+  private async setOverflow(choice: string): Promise<void> {
+    const created = !this.conversation;
+    if (!this.conversation) this.conversation = await this.backend.createConversation();
+    const overflow = choice === '' ? null : (choice as Overflow);
+    await this.backend.setOverflow(this.conversation.id, overflow);
+    this.conversation.overflow = overflow;
     if (created) await this.refreshAll();
   }
 
@@ -393,6 +409,7 @@ export class Controller {
       onNotice: this.showError,
     });
     this.streaming = reply;
+    this.streamingIn = conversationId;
     this.composer.setStreaming(true);
     let stored: ChatMessage | undefined;
     try {

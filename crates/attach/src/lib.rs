@@ -6,7 +6,9 @@
 //! in a fence no line of it can close. Whether it fits the context is the caller's to say: it
 //! counts with the model's tokenizer, which this crate does not know.
 
+use specula_isolate::{Failure, Worker};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Duration;
 
 /// The largest file read at all: past this, it could not fit any context.
 pub const MAX_FILE_BYTES: usize = 64 << 20;
@@ -60,11 +62,24 @@ pub fn read_path(path: &std::path::Path) -> Result<Attachment, String> {
     read(&name, &bytes)
 }
 
+/// Reading a PDF, in a child of the binary where it opts in (`specula_isolate::start`): a
+/// stream that inflates to gigabytes, or a file that sends the reader round a loop, ends the
+/// child, not the app holding the user's chats.
+pub static PDF_READ: Worker =
+    Worker { name: "pdf-text", memory: PDF_MEMORY, time: PDF_TIME, max_output: MAX_FILE_BYTES, work: pages_as_json };
+
+/// The memory one PDF may take to read, beyond the child's own.
+pub const PDF_MEMORY: u64 = 2 << 30;
+/// How long one PDF may take to read: a 500-page report takes seconds.
+pub const PDF_TIME: Duration = Duration::from_secs(60);
+
 fn read_pdf(name: &str, bytes: &[u8]) -> Result<Attachment, String> {
-    // The extractor panics on some malformed files: a bad file is a refusal, never a crash.
-    let pages = catch_unwind(AssertUnwindSafe(|| pdf_extract::extract_text_from_mem_by_pages(bytes)))
-        .map_err(|_| format!("{name}: this PDF could not be read (it is damaged or uses a feature the reader lacks)"))?
-        .map_err(|e| format!("{name}: this PDF could not be read: {e}"))?;
+    let pages: Vec<String> = match specula_isolate::run(&PDF_READ, || bytes.to_vec()) {
+        Some(Ok(json)) => serde_json::from_slice(&json).map_err(|e| format!("the PDF reader's answer: {e}")),
+        Some(Err(failure)) => Err(pdf_failure(failure)),
+        None => pages_of(bytes),
+    }
+    .map_err(|why| format!("{name}: {why}"))?;
     let text = pages.iter().map(|page| page.trim()).filter(|page| !page.is_empty()).collect::<Vec<_>>().join("\n\n");
     if text.trim().is_empty() {
         return Err(format!(
@@ -73,6 +88,34 @@ fn read_pdf(name: &str, bytes: &[u8]) -> Result<Attachment, String> {
         ));
     }
     Ok(Attachment { name: name.to_string(), kind: Kind::Pdf { pages: pages.len() }, bytes: bytes.len(), text })
+}
+
+/// The text of each page, or why the PDF cannot be read.
+fn pages_of(bytes: &[u8]) -> Result<Vec<String>, String> {
+    // The extractor panics on some malformed files: a bad file is a refusal, never a crash.
+    catch_unwind(AssertUnwindSafe(|| pdf_extract::extract_text_from_mem_by_pages(bytes)))
+        .map_err(|_| DAMAGED.to_string())?
+        .map_err(|e| format!("this PDF could not be read: {e}"))
+}
+
+/// In the child: the pages as a JSON list of strings.
+fn pages_as_json(bytes: &[u8]) -> Result<Vec<u8>, String> {
+    serde_json::to_vec(&pages_of(bytes)?).map_err(|e| e.to_string())
+}
+
+const DAMAGED: &str = "this PDF could not be read (it is damaged or uses a feature the reader lacks)";
+
+fn pdf_failure(failure: Failure) -> String {
+    match failure {
+        Failure::Failed(why) => why,
+        Failure::OutOfMemory => format!(
+            "this PDF needed more than {} MiB of memory to read, and was stopped (a stream in it may inflate without end)",
+            PDF_MEMORY >> 20
+        ),
+        Failure::TimedOut => format!("reading this PDF took more than {} s and was stopped", PDF_TIME.as_secs()),
+        Failure::TooLarge => format!("this PDF holds more than {} of text, more than any context", size(MAX_FILE_BYTES)),
+        Failure::Crashed(_) => DAMAGED.to_string(),
+    }
 }
 
 /// The bytes as text, or why they are not text.

@@ -22,3 +22,18 @@ fn a_cut_off_pdf_is_refused_not_a_crash() {
     let error = read("cut.pdf", &bytes[..bytes.len() / 2]).unwrap_err();
     assert!(error.starts_with("cut.pdf: this PDF could not be read"), "{error}");
 }
+
+#[test]
+fn the_inflating_stream_is_valid_zlib_of_the_size_it_says() {
+    use std::io::Read;
+    let stream = make_pdf::zlib_of_spaces(3);
+    assert!(stream.len() < 4 << 10, "3 MiB of spaces deflate to {} bytes", stream.len());
+    let mut out = Vec::new();
+    flate2::read::ZlibDecoder::new(&stream[..]).read_to_end(&mut out).unwrap();
+    assert_eq!(out.len(), 3 << 20);
+    assert!(out.iter().all(|&b| b == b' '));
+    // The checksum is checked: a wrong one is an error.
+    let mut wrong = stream.clone();
+    *wrong.last_mut().unwrap() ^= 1;
+    assert!(flate2::read::ZlibDecoder::new(&wrong[..]).read_to_end(&mut Vec::new()).is_err());
+}

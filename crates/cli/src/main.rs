@@ -235,8 +235,9 @@ impl SamplingArgs {
 }
 
 fn main() -> ExitCode {
-    // A model's chat template runs in a child of this binary, under a memory limit.
-    specula_engine::chat::isolate_template_renders();
+    // A model's chat template and an attached PDF are read in a child of this binary, under a
+    // memory and a time limit.
+    specula_isolate::start(&[&specula_engine::chat::TEMPLATE_RENDER, &specula_attach::PDF_READ]);
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("SPECULA_LOG")

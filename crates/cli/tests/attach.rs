@@ -71,3 +71,27 @@ fn a_2_mb_csv_is_refused_with_its_token_count_and_a_binary_file_with_the_reason(
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("error: chart.png: it is not a text file (binary content)"), "{stderr}");
 }
+
+/// A 6 MB PDF whose page inflates to 6 GiB: read in this process it would abort the CLI
+/// (the shell below gives it 4 GiB of address space, as a laptop's RAM would run out); read
+/// in a child (specula-isolate), the child ends at its 2 GiB and the CLI says why.
+#[test]
+fn a_pdf_that_inflates_to_6_gib_is_refused_and_the_program_lives() {
+    let dir = tempfile::tempdir().unwrap();
+    let pdf = dir.path().join("bomb.pdf");
+    std::fs::write(&pdf, make_pdf::inflating_pdf(6 << 10)).unwrap();
+    let model = model(TARGET);
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(r#"ulimit -v 4194304; exec "$0" "$@""#)
+        .arg(env!("CARGO_BIN_EXE_specula"))
+        .args(["generate", "--model", &model, "--device", "cpu", "--prompt", "Summarise the file."])
+        .arg("--attach")
+        .arg(&pdf)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let error = stderr.lines().last().unwrap();
+    assert!(error.starts_with("error: bomb.pdf: this PDF needed more than 2048 MiB of memory to read"), "{error}");
+}

@@ -14,6 +14,8 @@ use tokio::sync::Mutex;
 pub struct ServerStatus {
     pub name: String,
     pub tools: Vec<String>,
+    /// It has not answered yet: its tools come when it does.
+    pub starting: bool,
     /// Why it could not be used (it stays listed, with this reason).
     pub error: Option<String>,
     /// Something the user should know while it works (a list cut short).
@@ -34,96 +36,106 @@ struct Server {
     connection: Mutex<Option<Connection>>,
 }
 
+/// What the servers answered so far: each server's tools join as it answers. Names are given
+/// in the configuration's order over the servers that answered, so once all have, they are the
+/// same whichever answered first (a clash met earlier may rename a tool when an earlier server
+/// answers late).
+struct Listing {
+    /// One per server, in the configuration's order: `None` until it answers.
+    answers: Vec<Option<Listed>>,
+    tools: Vec<OfferedTool>,
+    status: Vec<ServerStatus>,
+}
+
+type Listed = Result<(Vec<ListedTool>, Option<String>), String>;
+
 pub struct Toolbox {
     runtime: Option<tokio::runtime::Runtime>,
     servers: Vec<Arc<Server>>,
-    tools: Vec<OfferedTool>,
-    status: Vec<ServerStatus>,
+    listing: Arc<std::sync::Mutex<Listing>>,
+    /// The listing tasks still running, for [`Toolbox::start`] to wait on.
+    listing_tasks: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     limits: Limits,
     /// Tools the user turned off (offered names): neither offered nor callable. Behind a lock
     /// of its own, so a switch flips while a reply holds the toolbox.
     disabled: std::sync::Mutex<HashSet<String>>,
 }
 
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl Toolbox {
-    /// Start every server (all at once, each within its limits) and list its tools; a server
-    /// that fails stays in the status with its reason, and the others work.
+    /// Start every server and wait until each has listed its tools or failed (each within its
+    /// limits, all at once); a server that fails stays in the status with its reason, and the
+    /// others work.
     pub fn start(specs: Vec<ServerSpec>, limits: Limits) -> std::io::Result<Self> {
-        // The HTTP client's TLS takes the process's provider; another part may have set one.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let runtime =
-            tokio::runtime::Builder::new_multi_thread().worker_threads(1).thread_name("mcp").enable_all().build()?;
-        let servers: Vec<Arc<Server>> =
-            specs.into_iter().map(|spec| Arc::new(Server { spec, connection: Mutex::new(None) })).collect();
-        let listings = runtime.block_on(async {
-            let tasks: Vec<_> = servers
-                .iter()
-                .map(|server| {
-                    let (server, limits) = (server.clone(), server.limits(&limits));
-                    tokio::spawn(async move { server.list(&limits).await })
-                })
-                .collect();
-            let mut listings = Vec::new();
-            for task in tasks {
-                listings.push(task.await.unwrap_or_else(|e| Err(format!("its start failed: {e}"))));
-            }
-            listings
-        });
-        let mut toolbox = Self {
-            runtime: Some(runtime),
-            servers,
-            tools: Vec::new(),
-            status: Vec::new(),
-            limits,
-            disabled: Default::default(),
-        };
-        for (server, listing) in toolbox.servers.clone().iter().zip(listings) {
-            toolbox.add_listing(&server.spec.name, listing);
+        let toolbox = Self::spawn(specs, limits)?;
+        let tasks = std::mem::take(&mut *lock(&toolbox.listing_tasks));
+        if let Some(runtime) = &toolbox.runtime {
+            runtime.block_on(async {
+                for task in tasks {
+                    let _ = task.await;
+                }
+            });
         }
         Ok(toolbox)
     }
 
-    fn add_listing(&mut self, server: &str, listing: Result<(Vec<ListedTool>, Option<String>), String>) {
-        let mut status = ServerStatus { name: server.to_string(), tools: Vec::new(), error: None, notice: None };
-        match listing {
-            Err(why) => status.error = Some(why),
-            Ok((tools, notice)) => {
-                status.notice = notice;
-                for tool in tools {
-                    let offered_name = self.unique_name(server, &tool.name);
-                    status.tools.push(offered_name.clone());
-                    self.tools.push(OfferedTool { offered_name, server: server.to_string(), tool });
-                }
-            }
-        }
-        self.status.push(status);
+    /// Start every server in the background and return at once: each server's tools are
+    /// offered from the moment it answers, so a slow one holds back only its own.
+    pub fn spawn(specs: Vec<ServerSpec>, limits: Limits) -> std::io::Result<Self> {
+        // The HTTP client's TLS takes the process's provider; another part may have set one.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let runtime =
+            tokio::runtime::Builder::new_multi_thread().worker_threads(1).thread_name("mcp").enable_all().build()?;
+        let names: Vec<String> = specs.iter().map(|spec| spec.name.clone()).collect();
+        let mut listing = Listing { answers: vec![None; specs.len()], tools: Vec::new(), status: Vec::new() };
+        listing.name_tools(&names);
+        let listing = Arc::new(std::sync::Mutex::new(listing));
+        let servers: Vec<Arc<Server>> =
+            specs.into_iter().map(|spec| Arc::new(Server { spec, connection: Mutex::new(None) })).collect();
+        let tasks = servers
+            .iter()
+            .enumerate()
+            .map(|(index, server)| {
+                let (server, limits, listing, names) =
+                    (server.clone(), server.limits(&limits), listing.clone(), names.clone());
+                runtime.spawn(async move {
+                    // In a task of its own, so that a panic in it is a failed server, not a
+                    // server left starting for good.
+                    let listed = tokio::spawn(async move { server.list(&limits).await })
+                        .await
+                        .unwrap_or_else(|e| Err(format!("its start failed: {e}")));
+                    let mut listing = lock(&listing);
+                    listing.answers[index] = Some(listed);
+                    listing.name_tools(&names);
+                })
+            })
+            .collect();
+        Ok(Self {
+            runtime: Some(runtime),
+            servers,
+            listing,
+            listing_tasks: std::sync::Mutex::new(tasks),
+            limits,
+            disabled: Default::default(),
+        })
     }
 
-    /// The tool's name in the characters OpenAI-style function names allow, prefixed with its
-    /// server's when another server already offers that name.
-    fn unique_name(&self, server: &str, tool: &str) -> String {
-        let clean = |text: &str| -> String {
-            text.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect()
-        };
-        let mut name: String = clean(tool).chars().take(64).collect();
-        if self.tools.iter().any(|t| t.offered_name == name) {
-            name = format!("{}__{}", clean(server), clean(tool)).chars().take(64).collect();
-        }
-        let base = name.clone();
-        let mut n = 2;
-        while self.tools.iter().any(|t| t.offered_name == name) {
-            name = format!("{base}_{n}");
-            n += 1;
-        }
-        name
+    /// Each server as it stands, in the configuration's order.
+    pub fn status(&self) -> Vec<ServerStatus> {
+        lock(&self.listing).status.clone()
     }
 
-    pub fn status(&self) -> &[ServerStatus] {
-        &self.status
+    /// Whether a server has yet to answer.
+    pub fn starting(&self) -> bool {
+        lock(&self.listing).status.iter().any(|s| s.starting)
     }
 
-    pub fn tools(&self) -> &[OfferedTool] {
-        &self.tools
+    /// The tools listed so far, on or off.
+    pub fn tools(&self) -> Vec<OfferedTool> {
+        lock(&self.listing).tools.clone()
     }
 
     pub fn limits(&self) -> &Limits {
@@ -132,10 +144,10 @@ impl Toolbox {
 
     /// Turn a tool on or off (by its offered name); false when there is no such tool.
     pub fn set_enabled(&self, offered_name: &str, enabled: bool) -> bool {
-        if !self.tools.iter().any(|t| t.offered_name == offered_name) {
+        if !lock(&self.listing).tools.iter().any(|t| t.offered_name == offered_name) {
             return false;
         }
-        let mut disabled = self.disabled.lock().unwrap_or_else(|e| e.into_inner());
+        let mut disabled = lock(&self.disabled);
         match enabled {
             true => disabled.remove(offered_name),
             false => disabled.insert(offered_name.to_string()),
@@ -143,17 +155,24 @@ impl Toolbox {
         true
     }
 
+    /// Turn these tools off, whether or not their servers have answered yet (the switches the
+    /// user left off, at a start).
+    pub fn disable(&self, offered_names: impl IntoIterator<Item = String>) {
+        lock(&self.disabled).extend(offered_names);
+    }
+
     pub fn is_enabled(&self, offered_name: &str) -> bool {
-        !self.disabled.lock().unwrap_or_else(|e| e.into_inner()).contains(offered_name)
+        !lock(&self.disabled).contains(offered_name)
     }
 
     /// The enabled tools as the chat template receives them (OpenAI's `tools` entries).
     pub fn offered(&self) -> Vec<Value> {
-        self.tools.iter().filter(|t| self.is_enabled(&t.offered_name)).map(function_entry).collect()
+        lock(&self.listing).tools.iter().filter(|t| self.is_enabled(&t.offered_name)).map(function_entry).collect()
     }
 
-    pub fn find(&self, offered_name: &str) -> Option<&OfferedTool> {
-        self.tools.iter().find(|t| t.offered_name == offered_name && self.is_enabled(offered_name))
+    pub fn find(&self, offered_name: &str) -> Option<OfferedTool> {
+        let listing = lock(&self.listing);
+        listing.tools.iter().find(|t| t.offered_name == offered_name && self.is_enabled(offered_name)).cloned()
     }
 
     /// Run a call, blocking this thread at most the call's limit (plus a reconnection's, when
@@ -181,6 +200,55 @@ impl Toolbox {
                 }
             }
         })
+    }
+}
+
+impl Listing {
+    /// The offered tools and each server's status, from the answers so far.
+    fn name_tools(&mut self, servers: &[String]) {
+        self.tools.clear();
+        self.status.clear();
+        for (server, answer) in servers.iter().zip(self.answers.clone()) {
+            let mut status = ServerStatus {
+                name: server.to_string(),
+                tools: Vec::new(),
+                starting: false,
+                error: None,
+                notice: None,
+            };
+            match answer {
+                None => status.starting = true,
+                Some(Err(why)) => status.error = Some(why),
+                Some(Ok((listed, cut))) => {
+                    status.notice = cut;
+                    for tool in listed {
+                        let offered_name = self.unique_name(server, &tool.name);
+                        status.tools.push(offered_name.clone());
+                        self.tools.push(OfferedTool { offered_name, server: server.to_string(), tool });
+                    }
+                }
+            }
+            self.status.push(status);
+        }
+    }
+
+    /// The tool's name in the characters OpenAI-style function names allow, prefixed with its
+    /// server's when another server already offers that name.
+    fn unique_name(&self, server: &str, tool: &str) -> String {
+        let clean = |text: &str| -> String {
+            text.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect()
+        };
+        let mut name: String = clean(tool).chars().take(64).collect();
+        if self.tools.iter().any(|t| t.offered_name == name) {
+            name = format!("{}__{}", clean(server), clean(tool)).chars().take(64).collect();
+        }
+        let base = name.clone();
+        let mut n = 2;
+        while self.tools.iter().any(|t| t.offered_name == name) {
+            name = format!("{base}_{n}");
+            n += 1;
+        }
+        name
     }
 }
 

@@ -134,3 +134,22 @@ fn a_command_that_does_not_exist_is_named() {
     let error = toolbox.status()[0].error.clone().unwrap();
     assert!(error.contains("`no-such-mcp-server` could not be started"), "{error}");
 }
+
+#[test]
+fn each_server_s_tools_are_offered_as_it_answers_not_when_the_slowest_does() {
+    // The silent server may take 20 s to fail its handshake; the well one answers at once.
+    let silent = ServerSpec { call_limit: Some(Duration::from_secs(20)), ..hostile("silent") };
+    let started = Instant::now();
+    let toolbox = Toolbox::spawn(vec![silent, hostile("well")], limits()).unwrap();
+    assert!(toolbox.starting());
+    while toolbox.status()[1].starting {
+        assert!(started.elapsed() < Duration::from_secs(15), "{:?}", toolbox.status());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = toolbox.status();
+    assert!(status[0].starting && status[0].error.is_none(), "the silent one is still starting: {status:?}");
+    assert_eq!(status[1].tools, ["echo"]);
+    assert_eq!(toolbox.offered().len(), 1);
+    assert_eq!(toolbox.call("echo", json!({"text": "early"}), &|| false).unwrap().text, "early");
+    assert!(started.elapsed() < Duration::from_secs(15));
+}

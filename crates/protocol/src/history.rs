@@ -25,6 +25,9 @@ pub struct Conversation {
     /// `enable_thinking`); none: the template's default.
     #[serde(default)]
     pub thinking: Option<bool>,
+    /// What its replies do when it outgrows the context; none: the app's setting.
+    #[serde(default)]
+    pub overflow: Option<crate::Overflow>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Type)]

@@ -87,7 +87,7 @@ pub enum ToolDecision {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, Type)]
 pub struct McpStatus {
     pub servers: Vec<McpServer>,
-    /// The servers are being started (their tools are listed when they answer).
+    /// A server is being started (each one's tools are listed when it answers).
     pub starting: bool,
     /// Why the configuration could not be read (the file is kept as it is).
     pub error: Option<String>,
@@ -99,6 +99,8 @@ pub struct McpServer {
     /// How it is reached (the command, or the URL without its query), never a key.
     pub endpoint: String,
     pub tools: Vec<McpTool>,
+    /// It has not answered yet: its tools are listed when it does, and the others' meanwhile.
+    pub starting: bool,
     /// Why it cannot be used; it stays listed.
     pub error: Option<String>,
     /// Something to know while it works (a tool list cut short).

@@ -6,7 +6,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::{de::DeserializeOwned, Serialize};
-use specula_protocol::{AppSettings, ErrorCode, ErrorInfo, GenerationStats, Role, TokenEvent, ToolCard};
+use specula_protocol::{AppSettings, ErrorCode, ErrorInfo, GenerationStats, Overflow, Role, TokenEvent, ToolCard};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -87,7 +87,8 @@ CREATE TABLE IF NOT EXISTS conversations (
     current_leaf INTEGER,
     deleted_at INTEGER,
     uid TEXT,
-    thinking INTEGER
+    thinking INTEGER,
+    overflow TEXT
 );
 CREATE TABLE IF NOT EXISTS messages (
     id INTEGER PRIMARY KEY,
@@ -343,17 +344,19 @@ impl Store {
         let head = self
             .conn
             .query_row(
-                "SELECT title, system_prompt, updated_at, current_leaf, thinking FROM conversations
+                "SELECT title, system_prompt, updated_at, current_leaf, thinking, overflow FROM conversations
                  WHERE id = ?1 AND deleted_at IS NULL",
                 [id],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get::<_, Option<String>>(5)?)),
             )
             .optional()?
             .ok_or_else(|| not_found(id))?;
-        let (title, system_prompt, updated_at, leaf, thinking) = head;
+        let (title, system_prompt, updated_at, leaf, thinking, overflow) = head;
         let tree = self.tree(id)?;
         let messages = self.messages(&tree, &tree.path_to(leaf))?;
-        Ok(Conversation { id, title, system_prompt, updated_at, messages, thinking })
+        // A policy a later version named is the app's default here, never an error.
+        let overflow = overflow.and_then(|o| o.parse().ok());
+        Ok(Conversation { id, title, system_prompt, updated_at, messages, thinking, overflow })
     }
 
     /// The shape of a conversation's messages, deleted ones marked.
@@ -484,6 +487,16 @@ impl Store {
     pub fn set_thinking(&self, id: i64, thinking: Option<bool>) -> Result<()> {
         let sql = "UPDATE conversations SET thinking = ?2 WHERE id = ?1 AND deleted_at IS NULL";
         match self.conn.execute(sql, params![id, thinking])? {
+            0 => Err(not_found(id)),
+            _ => Ok(()),
+        }
+    }
+
+    /// What the conversation's replies do when it outgrows the context (drop middle turns,
+    /// drop the oldest, or stop); none: the app's setting. A setting: the chat keeps its place.
+    pub fn set_overflow(&self, id: i64, overflow: Option<Overflow>) -> Result<()> {
+        let sql = "UPDATE conversations SET overflow = ?2 WHERE id = ?1 AND deleted_at IS NULL";
+        match self.conn.execute(sql, params![id, overflow.map(Overflow::as_str)])? {
             0 => Err(not_found(id)),
             _ => Ok(()),
         }
@@ -759,7 +772,7 @@ impl Store {
 
 /// Columns later versions added, added to a history an earlier one made (`CREATE TABLE IF
 /// NOT EXISTS` leaves an existing table as it was): (table, column, declaration).
-const ADDED_COLUMNS: [(&str, &str, &str); 8] = [
+const ADDED_COLUMNS: [(&str, &str, &str); 9] = [
     ("messages", "settings", "TEXT"),
     ("messages", "parent_id", "INTEGER REFERENCES messages(id) ON DELETE CASCADE"),
     ("messages", "deleted_at", "INTEGER"),
@@ -768,6 +781,7 @@ const ADDED_COLUMNS: [(&str, &str, &str); 8] = [
     ("conversations", "uid", "TEXT"),
     ("conversations", "thinking", "INTEGER"),
     ("messages", "tools", "TEXT"),
+    ("conversations", "overflow", "TEXT"),
 ];
 
 fn add_missing_columns(conn: &Connection) -> Result<()> {
@@ -893,6 +907,19 @@ mod tests {
 
     fn token(text: &str, source: Source, p: Option<f32>, q: Option<f32>) -> TokenEvent {
         TokenEvent { id: 7, text: text.into(), source, p, q, alternatives: Vec::new() }
+    }
+
+    #[test]
+    fn a_chats_overflow_choice_is_kept_and_an_unknown_one_reads_as_none() {
+        let store = Store::open_in_memory().unwrap();
+        let c = store.create_conversation().unwrap();
+        assert_eq!(c.overflow, None, "the app's setting until chosen");
+        store.set_overflow(c.id, Some(Overflow::Rolling)).unwrap();
+        let again = store.conversation(c.id).unwrap();
+        assert_eq!((again.overflow, again.updated_at), (Some(Overflow::Rolling), c.updated_at));
+        store.conn.execute("UPDATE conversations SET overflow = 'summarise' WHERE id = ?1", [c.id]).unwrap();
+        assert_eq!(store.conversation(c.id).unwrap().overflow, None);
+        assert!(store.set_overflow(c.id + 1, None).is_err(), "no such chat");
     }
 
     #[test]

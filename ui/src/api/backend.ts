@@ -15,6 +15,7 @@ import type {
   ReplyEvent,
   ReplyHandle,
   Role,
+  Overflow,
   Settings,
   ToolServers,
 } from './types';
@@ -52,6 +53,8 @@ export interface Backend {
   /** Whether the conversation's replies think first (Qwen3's `enable_thinking`); null: the
    *  model's template decides. */
   setThinking(id: number, thinking: boolean | null): Promise<void>;
+  /** What the conversation's replies do when it outgrows the context; null: the setting's. */
+  setOverflow(id: number, overflow: Overflow | null): Promise<void>;
   deleteConversation(id: number): Promise<void>;
   addMessage(conversationId: number, role: Role, content: string): Promise<ChatMessage>;
   /** Show the conversation up to just before `messageId`: the next message added becomes its

@@ -59,12 +59,16 @@ async renameConversation(id: number, title: string) : Promise<null> {
 async setSystemPrompt(id: number, text: string) : Promise<null> {
     return await TAURI_INVOKE("set_system_prompt", { id, text });
 },
+async setThinking(id: number, thinking: boolean | null) : Promise<null> {
+    return await TAURI_INVOKE("set_thinking", { id, thinking });
+},
 /**
  * Whether the conversation's replies think first (Qwen3's `enable_thinking`); none: the
  * model's template decides.
+ * What the conversation's replies do when it outgrows the context; none: the app's setting.
  */
-async setThinking(id: number, thinking: boolean | null) : Promise<null> {
-    return await TAURI_INVOKE("set_thinking", { id, thinking });
+async setOverflow(id: number, overflow: Overflow | null) : Promise<null> {
+    return await TAURI_INVOKE("set_overflow", { id, overflow });
 },
 async deleteConversation(id: number) : Promise<null> {
     return await TAURI_INVOKE("delete_conversation", { id });
@@ -343,7 +347,11 @@ export type Conversation = { id: number; title: string; system_prompt: string; u
  * Whether replies think first, for models whose template lets it be chosen (Qwen3's
  * `enable_thinking`); none: the template's default.
  */
-thinking?: boolean | null }
+thinking?: boolean | null; 
+/**
+ * What its replies do when it outgrows the context; none: the app's setting.
+ */
+overflow?: Overflow | null }
 export type ConversationSummary = { id: number; title: string; 
 /**
  * Milliseconds since the Unix epoch.
@@ -547,6 +555,10 @@ export type McpServer = { name: string;
  */
 endpoint: string; tools: McpTool[]; 
 /**
+ * It has not answered yet: its tools are listed when it does, and the others' meanwhile.
+ */
+starting: boolean; 
+/**
  * Why it cannot be used; it stays listed.
  */
 error: string | null; 
@@ -559,7 +571,7 @@ notice: string | null }
  */
 export type McpStatus = { servers: McpServer[]; 
 /**
- * The servers are being started (their tools are listed when they answer).
+ * A server is being started (each one's tools are listed when it answers).
  */
 starting: boolean; 
 /**

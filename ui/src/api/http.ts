@@ -20,6 +20,7 @@ import {
   type ReplyEvent,
   type ReplyHandle,
   type Role,
+  type Overflow,
   type Settings,
   type TokenEvent,
   toBackendError,
@@ -165,6 +166,10 @@ export class HttpBackend implements Backend {
   async setSystemPrompt(id: number, text: string): Promise<void> {
     this.store.update(id, (c) => (c.system_prompt = text));
   }
+  async setOverflow(id: number, overflow: Overflow | null): Promise<void> {
+    this.store.update(id, (c) => (c.overflow = overflow));
+  }
+
   async setThinking(id: number, thinking: boolean | null): Promise<void> {
     this.store.update(id, (c) => (c.thinking = thinking));
   }
@@ -232,7 +237,7 @@ export class HttpBackend implements Backend {
       top_k: settings.top_k,
       seed: settings.seed,
       max_tokens: settings.max_tokens,
-      context_overflow: settings.overflow,
+      context_overflow: conversation.overflow ?? settings.overflow,
       ...(conversation.thinking != null ? { chat_template_kwargs: { enable_thinking: conversation.thinking } } : {}),
       speculative: { k: settings.k, mode: settings.mode, drafter: settings.drafter },
     };
@@ -269,7 +274,7 @@ export class HttpBackend implements Backend {
       if (refused) throw refused;
       return reply;
     })();
-    return { cancel: async () => abort.abort(), done };
+    return { cancel: async () => abort.abort(), messageId: reply.id, done };
   }
 }
 

@@ -29,6 +29,7 @@ import type {
   ReplyHandle,
   McpStatus,
   Role,
+  Overflow,
   Settings,
   ToolServers,
 } from './types';
@@ -145,6 +146,9 @@ export class TauriBackend implements Backend {
   setThinking(id: number, thinking: boolean | null): Promise<void> {
     return run(commands.setThinking(id, thinking));
   }
+  setOverflow(id: number, overflow: Overflow | null): Promise<void> {
+    return run(commands.setOverflow(id, overflow));
+  }
   setSystemPrompt(id: number, text: string): Promise<void> {
     return run(commands.setSystemPrompt(id, text));
   }
@@ -213,6 +217,7 @@ export class TauriBackend implements Backend {
       cancel: async () => {
         await call(commands.cancelReply(started.request_id));
       },
+      messageId: started.message.id,
       decide: async (callId, decision) => {
         await call(commands.decideToolCall(started.request_id, callId, decision));
       },

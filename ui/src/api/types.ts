@@ -92,6 +92,8 @@ export interface ReplyHandle {
   cancel(): Promise<void>;
   /** Answer a tool call's card (the app's MCP tools; a transport without them has none). */
   decide?(callId: string, decision: import('./bindings').ToolDecision): Promise<void>;
+  /** The id of the assistant message the reply is stored as while it streams. */
+  messageId: number;
   /** The stored assistant message once the reply ends, however it ends. */
   done: Promise<ChatMessage>;
 }

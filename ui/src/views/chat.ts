@@ -36,6 +36,7 @@ export interface ChatHost {
 
 /** The element of a reply being streamed: the view draws into `body`, progress goes in `summary`. */
 export interface LiveMessage {
+  element: HTMLElement;
   body: HTMLElement;
   summary: HTMLElement;
 }
@@ -122,7 +123,19 @@ export class ChatView {
     for (const action of element.querySelectorAll('footer > :not(.reply-summary)')) action.remove();
     this.parts.messages.querySelector(':scope > p.empty')?.remove();
     this.parts.messages.append(element);
-    return { body, summary: summary as HTMLElement };
+    return { element, body, summary: summary as HTMLElement };
+  }
+
+  /** Put a streaming reply's element back after the view was drawn again from the history (its
+   *  chat was left and opened again): in place of the stored copy of it, with its live parts (a
+   *  tool card's buttons, the thinking block) as they were. */
+  adoptReply(element: HTMLElement, messageId: number | undefined): void {
+    const root = this.parts.messages;
+    root.querySelector(':scope > p.empty')?.remove();
+    const stored = [...root.querySelectorAll<HTMLElement>(':scope > article.message')].find((m) => m.dataset.id === String(messageId));
+    if (stored) stored.replaceWith(element);
+    else root.append(element);
+    root.scrollTop = root.scrollHeight;
   }
 
   /** The reply painted more text: keep it in view, unless the reader scrolled away. */

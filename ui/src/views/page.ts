@@ -29,6 +29,7 @@ export interface Page {
   settingsButton: HTMLButtonElement;
   systemPrompt: SystemPromptParts;
   thinking: HTMLSelectElement;
+  overflow: HTMLSelectElement;
   library: HTMLDialogElement;
   libraryButton: HTMLButtonElement;
   tools: HTMLDialogElement;
@@ -63,6 +64,7 @@ export function findPage(doc: Document): Page {
     settingsButton: $<HTMLButtonElement>('#settings-button'),
     systemPrompt: systemPromptParts($<HTMLButtonElement>('#system-button'), $<HTMLDialogElement>('#system-dialog')),
     thinking: $<HTMLSelectElement>('#thinking-select'),
+    overflow: $<HTMLSelectElement>('#overflow-select'),
     library: $<HTMLDialogElement>('#library-dialog'),
     libraryButton: $<HTMLButtonElement>('#library-button'),
     tools: $<HTMLDialogElement>('#tools-dialog'),

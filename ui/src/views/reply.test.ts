@@ -107,7 +107,7 @@ describe('a streaming reply that calls a tool', () => {
   it('ends the text at the call, asks on a card whose answer reaches the backend, and draws what follows below it', async () => {
     const { live } = reply();
     const decided: string[] = [];
-    live.handle = { cancel: async () => {}, decide: async (id, d) => void decided.push(`${id}:${d}`), done: new Promise(() => {}) };
+    live.handle = { cancel: async () => {}, decide: async (id, d) => void decided.push(`${id}:${d}`), messageId: 7, done: new Promise(() => {}) };
     live.onEvent({ kind: 'tokens', tokens: [token('Adding.'), token('<tool_call>{"name": "add"}</tool_call>')] });
     const card = { id: 'call_0_add', server: 'arith', tool: 'add', arguments: { a: 1 }, at: 2, running: false };
     live.onEvent({ kind: 'tool', card });

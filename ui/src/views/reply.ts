@@ -23,6 +23,8 @@ export interface LiveReplyOptions {
 export class LiveReply {
   /** Set once the backend has started the reply: what Stop cancels. */
   handle: ReplyHandle | null = null;
+  /** The reply's whole element, kept to be put back when its chat is drawn again. */
+  private readonly element: HTMLElement;
   private readonly summary: HTMLElement;
   private readonly body: HTMLElement;
   /** Where tokens are drawn: the reply's body, then, after each tool card, the part below it. */
@@ -38,12 +40,13 @@ export class LiveReply {
   private answerBegun = true;
 
   constructor(
-    private readonly chat: Pick<ChatView, 'startReply' | 'follow' | 'markTrim'>,
+    private readonly chat: Pick<ChatView, 'startReply' | 'follow' | 'markTrim' | 'adoptReply'>,
     private readonly panel: SpeedPanel,
     private readonly options: LiveReplyOptions,
   ) {
     const message: ChatMessage = { id: -1, role: 'assistant', content: '', tokens: [] };
     const live = chat.startReply(message);
+    this.element = live.element;
     this.summary = live.summary;
     this.body = live.body;
     panel.begin(options.drafting, options.remote);
@@ -58,6 +61,12 @@ export class LiveReply {
         this.chat.follow();
       },
     });
+  }
+
+  /** Its chat was drawn again from the history (left and opened again): back in its place, as
+   *  it is now, still streaming, its questions still answerable. */
+  reattach(): void {
+    this.chat.adoptReply(this.element, this.handle?.messageId);
   }
 
   onEvent(event: ReplyEvent): void {

@@ -15,10 +15,12 @@ const running: McpStatus = {
         { name: 'add', description: 'Add two numbers.', enabled: true },
         { name: 'multiply', description: 'Multiply two numbers.', enabled: false },
       ],
+      starting: false,
       error: null,
       notice: null,
     },
-    { name: 'gone', endpoint: 'nope []', tools: [], error: 'the command `nope` was not found', notice: null },
+    { name: 'gone', endpoint: 'nope []', tools: [], starting: false, error: 'the command `nope` was not found', notice: null },
+    { name: 'slow', endpoint: 'npx ["slow-server"]', tools: [], starting: true, error: null, notice: null },
   ],
 };
 
@@ -50,6 +52,8 @@ describe('the Tools dialog', () => {
     const toggles = [...document.querySelectorAll<HTMLInputElement>('#mcp-servers [data-tool]')];
     expect(toggles.map((t) => [t.dataset.tool, t.checked])).toEqual([['add', true], ['multiply', false]]);
     expect($('#mcp-servers [data-server=gone] .error').textContent).toBe('the command `nope` was not found');
+    // A server that has not answered says so, beside the others' tools.
+    expect($('#mcp-servers [data-server=slow] .note.starting').textContent).toBe('Starting… its tools appear when it answers.');
     toggles[1].click();
     await settle();
     expect(calls).toEqual(['multiply true']);
@@ -71,7 +75,7 @@ describe('the Tools dialog', () => {
     config.value = '{"mcpServers": {}}';
     $<HTMLFormElement>('#mcp-import').requestSubmit();
     await settle();
-    expect($('#tools-status').textContent).toBe('Starting the servers…');
+    expect($('#tools-status').textContent).toBe("Starting the servers: each one's tools appear as it answers.");
     expect(config.value).toBe('');
     dialog.close();
   });

@@ -79,7 +79,7 @@ export class ToolsDialog {
     this.status.textContent = status.error
       ? `The servers could not be read: ${status.error}`
       : status.starting
-        ? 'Starting the servers…'
+        ? 'Starting the servers: each one\'s tools appear as it answers.'
         : status.servers.length === 0
           ? 'No MCP servers yet.'
           : '';
@@ -103,6 +103,7 @@ export class ToolsDialog {
     head.append(name, endpoint, remove);
     item.append(head);
     for (const [text, kind] of [
+      [server.starting ? 'Starting… its tools appear when it answers.' : null, 'note starting'],
       [server.error, 'error'],
       [server.notice, 'note'],
     ] as const) {

@@ -13,7 +13,7 @@ mod child;
 pub mod fit;
 mod python;
 
-pub use child::{isolate_template_renders, RENDER_MEMORY};
+pub use child::{RENDER_MEMORY, TEMPLATE_RENDER};
 
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;

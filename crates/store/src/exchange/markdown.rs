@@ -90,6 +90,7 @@ mod tests {
             updated_at: 0,
             messages: vec![message(Role::User, "Name a prime."), message(Role::Assistant, "7\n")],
             thinking: None,
+            overflow: None,
         };
         assert_eq!(
             conversation(&c),
@@ -132,6 +133,7 @@ mod tests {
             updated_at: 0,
             messages: vec![reply],
             thinking: None,
+            overflow: None,
         };
         assert_eq!(
             conversation(&c),

@@ -1,0 +1,57 @@
+//! Each way a job in a child can end, with this test's own binary as the child (hence no test
+//! harness: `main` must serve the jobs first, as the CLI's and the app's do).
+
+use specula_isolate::{run, start, Failure, Worker};
+use std::time::{Duration, Instant};
+
+const fn worker(name: &'static str, work: fn(&[u8]) -> Result<Vec<u8>, String>) -> Worker {
+    Worker { name, memory: 256 << 20, time: Duration::from_secs(2), max_output: 1 << 20, work }
+}
+
+static ECHO: Worker = worker("echo", |input| Ok(input.iter().rev().copied().collect()));
+static REFUSE: Worker = worker("refuse", |input| Err(format!("no thanks to {} bytes", input.len())));
+/// Asks for 8 GiB, a little at a time, as an inflating stream does.
+static HOG: Worker = worker("hog", |_| {
+    let mut kept: Vec<Vec<u8>> = Vec::new();
+    for _ in 0..8192 {
+        kept.push(vec![1u8; 1 << 20]);
+    }
+    Ok(vec![kept.len() as u8])
+});
+static SPIN: Worker = worker("spin", |_| loop {
+    std::hint::spin_loop();
+});
+static FLOOD: Worker = worker("flood", |_| Ok(vec![b'x'; 4 << 20]));
+static PANIC: Worker = worker("panic", |_| panic!("the reader lost its place"));
+
+fn main() {
+    start(&[&ECHO, &REFUSE, &HOG, &SPIN, &FLOOD, &PANIC]);
+    if !cfg!(target_os = "linux") {
+        println!("children are Linux only: nothing to test here");
+        return;
+    }
+    assert!(specula_isolate::isolated());
+
+    // A large input and output cross both pipes at once.
+    let input: Vec<u8> = (0..3 << 18).map(|i| i as u8).collect();
+    let reversed: Vec<u8> = input.iter().rev().copied().collect();
+    assert_eq!(run(&ECHO, || input.clone()), Some(Ok(reversed)));
+
+    assert_eq!(run(&REFUSE, || vec![0; 10]), Some(Err(Failure::Failed("no thanks to 10 bytes".into()))));
+
+    // 8 GiB asked for, 256 MiB allowed: the child ends, this process does not notice.
+    assert_eq!(run(&HOG, Vec::new), Some(Err(Failure::OutOfMemory)));
+
+    let started = Instant::now();
+    assert_eq!(run(&SPIN, Vec::new), Some(Err(Failure::TimedOut)));
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(10), "the spinning child was stopped after {took:?}");
+
+    assert_eq!(run(&FLOOD, Vec::new), Some(Err(Failure::TooLarge)));
+
+    match run(&PANIC, Vec::new) {
+        Some(Err(Failure::Crashed(why))) => assert!(why.contains("the reader lost its place"), "{why}"),
+        other => panic!("a panicking child: {other:?}"),
+    }
+    println!("children: 6 ways a job ends, each as expected");
+}
