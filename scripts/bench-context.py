@@ -2,10 +2,11 @@
 """Chats taken in turn: time to the first token when a server goes back to a chat it served
 before, `specula serve` beside llama.cpp's llama-server in one run: bench/context.json.
 
-Two chats, each opening with a system note of about 1,400 words, are asked in turn A, B, A,
-B, A, B (each turn adds the reply before it and a new question, as a chat does), greedy,
-16 tokens a reply, the real Qwen2.5-Coder pair with its draft on both servers. Turns 1 and 2
-read their notes cold; from turn 3 on a server that kept the other chat's cache resumes it.
+`--chats N` chats (default 3), each opening with a system note of about 1,400 words, are asked
+in turn A, B, C, A, B, C, ... for `--rounds` rounds (each turn adds the reply before it and a
+new question, as a chat does), greedy, 16 tokens a reply, the real Qwen2.5-Coder pair with its
+draft on both servers. The first N turns read their notes cold; from then on a server that kept
+the other chats' caches resumes each.
 Recorded per turn: the prompt's length (the server's usage) and the time from the request to
 the first streamed text, at a Python client on this machine. `specula-no-cache` is the same
 server with `--cache-ram 0`: only the last prompt's cache, as before the prompt cache.
@@ -13,7 +14,7 @@ server with `--cache-ram 0`: only the last prompt's cache, as before the prompt 
 `--cache-dir` and asks A's next turn: the first turn after a restart, resumed from disk
 (`restart_ttft_s`) against the first, cold turn (`cold_ttft_s`).
 
-    scripts/bench-context.py [--cli target/release/specula] [--llama-server PATH] [--rounds 3]
+    scripts/bench-context.py [--cli target/release/specula] [--llama-server PATH] [--chats 3] [--rounds 4]
                              [--out bench/context.json]
 
 `--many N` measures instead the prompt cache's memory cap and a restart, into
@@ -104,13 +105,17 @@ def ask(port: int, messages: list) -> dict:
     return {"ttft_s": round(first or 0.0, 3), "prompt_tokens": prompt, "text": text}
 
 
-def chats_in_turn(port: int, rounds: int) -> list:
-    chats = {name: [{"role": "system", "content": note(topic)}] for name, topic in (("A", "parsing"), ("B", "storage"))}
+TOPICS = ("parsing", "storage", "networking", "rendering", "scheduling")
+
+
+def chats_in_turn(port: int, chats: int, rounds: int) -> list:
+    names = "ABCDE"[:chats]
+    notes = {name: [{"role": "system", "content": note(topic)}] for name, topic in zip(names, TOPICS)}
     turns = []
-    for turn in range(rounds * 2):
-        name = "AB"[turn % 2]
-        messages = chats[name]
-        messages.append({"role": "user", "content": f"Question {turn // 2 + 1}: which note mentions step {turn + 3}?"})
+    for turn in range(rounds * chats):
+        name = names[turn % chats]
+        messages = notes[name]
+        messages.append({"role": "user", "content": f"Question {turn // chats + 1}: which note mentions step {turn + 3}?"})
         reply = ask(port, messages)
         messages.append({"role": "assistant", "content": reply.pop("text")})
         turns.append({"turn": turn + 1, "chat": name, **reply})
@@ -173,9 +178,9 @@ def many_chats(cli: str, port: int, chats: int, cache_mib: int) -> dict:
             "second_visit_ttft_s": median([v["ttft_s"] for v in again]), "visits": visits}
 
 
-def summary(turns: list) -> dict:
-    cold = [t["ttft_s"] for t in turns[:2]]
-    warm = [t["ttft_s"] for t in turns[2:]]
+def summary(turns: list, chats: int) -> dict:
+    cold = [t["ttft_s"] for t in turns[:chats]]
+    warm = [t["ttft_s"] for t in turns[chats:]]
     median = lambda xs: sorted(xs)[len(xs) // 2] if xs else None
     return {"cold_ttft_s": median(cold), "warm_ttft_s": median(warm),
             "warm_over_cold": round(median(warm) / median(cold), 3) if cold and warm and median(cold) else None}
@@ -186,7 +191,8 @@ def main() -> int:
     parser.add_argument("--cli", default=str(ROOT / "target/release/specula"))
     parser.add_argument("--llama-server", help="default: the one scripts/llama-cpp.sh --server builds for this CPU")
     parser.add_argument("--no-llama", action="store_true", help="measure specula serve alone")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--chats", type=int, default=3, choices=range(2, 6), help="chats asked in turn")
+    parser.add_argument("--rounds", type=int, default=4, help="turns per chat")
     parser.add_argument("--out", default=str(ROOT / "bench/context.json"))
     parser.add_argument("--many", type=int, help="measure the cache's cap over this many chats, and a restart")
     parser.add_argument("--cache-ram", type=int, default=256, help="with --many: the server's cap in MiB")
@@ -217,17 +223,18 @@ def main() -> int:
         built = subprocess.run([str(ROOT / "scripts/llama-cpp.sh"), "--server"], capture_output=True, text=True, check=True)
         args.llama_server = str(Path(built.stdout.strip()) / "llama-server")
     result = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "cpu": bench_app.cpu_record(),
-              "words_per_note": 1400, "context": CONTEXT, "max_tokens": 16, "engines": {}}
+              "words_per_note": 1400, "chats": args.chats, "rounds": args.rounds, "context": CONTEXT, "max_tokens": 16,
+              "engines": {}}
     for engine in engines:
         port = bench_app.free_port_pair()
         print(f"{engine}:", file=sys.stderr)
         server = start(engine, args.cli, args.llama_server, port)
         try:
-            turns = chats_in_turn(port, args.rounds)
+            turns = chats_in_turn(port, args.chats, args.rounds)
         finally:
             server.terminate()
             server.wait(timeout=30)
-        result["engines"][engine] = {"turns": turns, **summary(turns)}
+        result["engines"][engine] = {"turns": turns, **summary(turns, args.chats)}
     with tempfile.TemporaryDirectory() as cache_dir:
         print("specula-restart:", file=sys.stderr)
         result["engines"]["specula-restart"] = after_restart(args.cli, bench_app.free_port_pair(), cache_dir)

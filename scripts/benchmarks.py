@@ -111,11 +111,13 @@ SECTIONS = {
     ),
     "context.json": (
         "Chats taken in turn: the first token when a server goes back to a chat",
-        "scripts/bench-context.py   # specula serve (with and without --cache-ram 0) and llama-server, the same pair, one run",
-        "Two chats, each opening with a 1,400-word system note, asked in turn A, B, A, B, A, B (each turn adds the reply "
-        "before it and a new question), greedy, 16 tokens a reply, context 8192. Turns 1 and 2 read their notes cold; "
-        "from turn 3 on, a server that kept the other chat's cache resumes it. Time from the request to the first "
-        "streamed text at a client on this machine; cold is the median of turns 1-2, warm of turns 3-6.",
+        "scripts/bench-context.py --chats 3 --rounds 4   # specula serve (with and without --cache-ram 0) and llama-server, "
+        "the same pair, one run",
+        "Chats (as many as the table's turns name, A, B, C), each opening with a 1,400-word system note, asked in turn "
+        "(each turn adds the reply before it and a new question), greedy, 16 tokens a reply, context 8192. Each chat's "
+        "first turn reads its note cold; from then on, a server that kept the other chats' caches resumes each. Time "
+        "from the request to the first streamed text at a client on this machine; cold is the median of the chats' "
+        "first turns, warm of the rest.",
     ),
     "depth.json": (
         "Long contexts: memory with the context filled and decoding at depth, beside llama.cpp in one run",

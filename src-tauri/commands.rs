@@ -181,8 +181,6 @@ pub fn set_system_prompt(state: State<'_, AppState>, id: i64, text: String) -> C
     with_store(&state, |s| s.set_system_prompt(id, &text))
 }
 
-/// Whether the conversation's replies think first (Qwen3's `enable_thinking`); none: the
-/// model's template decides.
 /// What the conversation's replies do when it outgrows the context; none: the app's setting.
 #[tauri::command]
 #[specta::specta]
@@ -190,6 +188,8 @@ pub fn set_overflow(state: State<'_, AppState>, id: i64, overflow: Option<Overfl
     with_store(&state, |s| s.set_overflow(id, overflow))
 }
 
+/// Whether the conversation's replies think first (Qwen3's `enable_thinking`); none: the
+/// model's template decides.
 #[tauri::command]
 #[specta::specta]
 pub fn set_thinking(state: State<'_, AppState>, id: i64, thinking: Option<bool>) -> CommandResult<()> {

@@ -238,6 +238,7 @@ pub(crate) fn run(
         return;
     };
     let mut approvals = lock(&turn.tools.approvals).get(&turn.conversation_id).cloned().unwrap_or_default();
+    let offered = request.tools.clone();
     let stream = std::cell::RefCell::new(stream);
     let mut first = Some(first);
     // The last engine reply's end: a reply stopped between rounds ends with its figures.
@@ -266,8 +267,16 @@ pub(crate) fn run(
             None => Err("the engine ended the reply without an end".into()),
         }
     };
-    let result =
-        specula_mcp::reply_with_tools(&turn.toolbox, &mut approvals, &mut messages, &mut hooks, reply, done_text);
+    // Every round is given the tools the first one was (`request.tools`).
+    let result = specula_mcp::reply_with_tools(
+        &turn.toolbox,
+        offered,
+        &mut approvals,
+        &mut messages,
+        &mut hooks,
+        reply,
+        done_text,
+    );
     drop(hooks);
     lock(&turn.tools.approvals).insert(turn.conversation_id, approvals);
     let last = match result {

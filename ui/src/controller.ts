@@ -231,7 +231,8 @@ export class Controller {
   /** Delete a chat, with an Undo that brings it back (and opens it, if it was open). Not the
    *  chat a reply streams into: its reply would have nowhere to go. */
   private remove(id: number, title: string): Promise<void> {
-    if (this.busy && this.conversation?.id === id) {
+    const streamsInto = this.streaming !== null && this.streamingIn === id;
+    if (streamsInto || (this.busy && this.conversation?.id === id)) {
       this.showError({ code: 'invalid_request', message: 'Stop the reply before deleting its chat.' });
       return Promise.resolve();
     }
@@ -367,7 +368,9 @@ export class Controller {
       // trace: the question and the empty reply are deleted, and the question goes back to the
       // composer, to shorten or resend.
       await this.streamReply(id, async (failed) => {
-        if (!failed) return;
+        // Given back only to its own chat's composer: elsewhere the question stays in its chat,
+        // beside the failed reply that says why.
+        if (!failed || this.conversation?.id !== id) return;
         await this.backend.deleteMessage(id, question.id);
         this.composer.giveBack(question.content);
       });
@@ -415,6 +418,8 @@ export class Controller {
     try {
       // The transport folds each event into the reply it hands back; the view draws from events.
       reply.handle = await this.backend.reply(conversationId, this.settings, (event) => reply.onEvent(event));
+      // Drawn again while the reply was starting: its place is known only now.
+      if (this.streamingIn === this.conversation?.id) reply.reattach();
       stored = await reply.handle.done;
     } catch (e) {
       this.showError(e);

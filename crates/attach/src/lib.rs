@@ -114,7 +114,7 @@ fn pdf_failure(failure: Failure) -> String {
         ),
         Failure::TimedOut => format!("reading this PDF took more than {} s and was stopped", PDF_TIME.as_secs()),
         Failure::TooLarge => format!("this PDF holds more than {} of text, more than any context", size(MAX_FILE_BYTES)),
-        Failure::Crashed(_) => DAMAGED.to_string(),
+        Failure::Crashed { .. } => DAMAGED.to_string(),
     }
 }
 

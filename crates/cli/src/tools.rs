@@ -65,7 +65,8 @@ impl Tools {
         reply: impl FnMut(&[Message], &[serde_json::Value]) -> Result<Generation, String>,
     ) -> Result<Generation, String> {
         let mut hooks = TerminalHooks { allow_all: self.allow_all, asked: false, streamed: self.streamed };
-        reply_with_tools(&self.toolbox, &mut self.approvals, messages, &mut hooks, reply, |g| &g.text)
+        let offered = self.toolbox.offered();
+        reply_with_tools(&self.toolbox, offered, &mut self.approvals, messages, &mut hooks, reply, |g| &g.text)
     }
 }
 

@@ -40,16 +40,17 @@ pub enum Failure {
     TimedOut,
     /// Its output was larger than the worker's `max_output`.
     TooLarge,
-    /// The child ended another way (a panic, a signal): its status and last words.
-    Crashed(String),
+    /// The child ended another way (a panic, a signal): its status and its last words.
+    Crashed { status: String, said: String },
 }
 
 /// The variable that makes a binary a child, and names its worker.
 const CHILD_VARIABLE: &str = "SPECULA_CHILD";
-/// A child's exit status when the work failed (its message on stderr).
+/// A child's exit status when the work failed: its message is on stdout (stderr may carry a
+/// panic the work caught before it).
 const WORK_FAILED: i32 = 3;
-/// How much of a child's stderr is kept.
-const MAX_MESSAGE: u64 = 4096;
+/// How much of a child's stderr is kept: its end, where the last words are.
+const MAX_MESSAGE: usize = 4096;
 
 /// The program jobs run in, once a binary opted in.
 static CHILD: OnceLock<PathBuf> = OnceLock::new();
@@ -81,6 +82,8 @@ pub fn isolated() -> bool {
 /// to do it in process. `input` is made only when a child will read it.
 pub fn run(worker: &Worker, input: impl FnOnce() -> Vec<u8>) -> Option<Result<Vec<u8>, Failure>> {
     let program = CHILD.get()?;
+    // Made before the child starts: a child is never left unwaited for.
+    let input = input();
     let child = Command::new(program)
         .env(CHILD_VARIABLE, worker.name)
         .stdin(Stdio::piped())
@@ -88,7 +91,7 @@ pub fn run(worker: &Worker, input: impl FnOnce() -> Vec<u8>) -> Option<Result<Ve
         .stderr(Stdio::piped())
         .spawn();
     match child {
-        Ok(child) => Some(finish(child, worker, input())),
+        Ok(child) => Some(finish(child, worker, input)),
         Err(e) => {
             tracing::warn!("the {} child did not start ({e}); working in process", worker.name);
             None
@@ -98,7 +101,7 @@ pub fn run(worker: &Worker, input: impl FnOnce() -> Vec<u8>) -> Option<Result<Ve
 
 fn serve(workers: &[&Worker], name: &str) -> ! {
     let Some(worker) = workers.iter().find(|w| w.name == name) else {
-        let _ = write!(std::io::stderr(), "this binary has no worker named {name:?}");
+        let _ = write!(std::io::stdout(), "this binary has no worker named {name:?}");
         std::process::exit(WORK_FAILED);
     };
     limit_address_space(worker.memory);
@@ -114,7 +117,7 @@ fn serve(workers: &[&Worker], name: &str) -> ! {
         },
         Err(message) => {
             let bytes = message.as_bytes();
-            let _ = std::io::stderr().write_all(bytes.get(..MAX_MESSAGE as usize).unwrap_or(bytes));
+            let _ = std::io::stdout().write_all(bytes.get(..MAX_MESSAGE).unwrap_or(bytes));
             WORK_FAILED
         }
     };
@@ -127,10 +130,11 @@ fn finish(mut child: Child, worker: &Worker, input: Vec<u8>) -> Result<Vec<u8>, 
     else {
         let _ = child.kill();
         let _ = child.wait();
-        return Err(Failure::Crashed("the child's pipes were not open".into()));
+        return Err(Failure::Crashed { status: "not started".into(), said: "its pipes were not open".into() });
     };
-    // Both pipes at once, or a large input and a large output wait on each other. Past the
-    // cap the reader lets go, and the child's next write fails.
+    // All three pipes at once, or the child waits on a full one (a large input or output, a
+    // long panic message) while this side waits on another. Past the output's cap the reader
+    // lets go, and the child's next write fails.
     let writer = std::thread::spawn(move || stdin.write_all(&input));
     let cap = worker.max_output as u64 + 1;
     let reader = std::thread::spawn(move || {
@@ -138,35 +142,53 @@ fn finish(mut child: Child, worker: &Worker, input: Vec<u8>) -> Result<Vec<u8>, 
         let _ = stdout.take(cap).read_to_end(&mut out);
         out
     });
+    let last_words = std::thread::spawn(move || tail(&mut stderr, MAX_MESSAGE));
     let status = wait(&mut child, worker.time);
     let _ = writer.join();
     let out = reader.join().unwrap_or_default();
-    let mut message = String::new();
-    let _ = stderr.by_ref().take(MAX_MESSAGE).read_to_string(&mut message);
-    let status = status.ok_or(Failure::TimedOut)?;
+    let said = last_words.join().unwrap_or_default();
+    let status = status?;
     if out.len() > worker.max_output {
         return Err(Failure::TooLarge);
     }
     match status.code() {
         Some(0) => Ok(out),
-        Some(WORK_FAILED) => Err(Failure::Failed(message)),
+        Some(WORK_FAILED) => Err(Failure::Failed(String::from_utf8_lossy(&out).into_owned())),
         // An allocation past the limit aborts the child after saying so on stderr.
-        _ if message.contains("memory allocation") => Err(Failure::OutOfMemory),
-        _ => Err(Failure::Crashed(format!("{status}: {}", message.trim()))),
+        _ if said.contains("memory allocation") => Err(Failure::OutOfMemory),
+        _ => Err(Failure::Crashed { status: status.to_string(), said: said.trim().to_string() }),
     }
 }
 
-/// The child's exit, or `None` when it ran past `time` (it is killed).
-fn wait(child: &mut Child, time: Duration) -> Option<ExitStatus> {
+/// The last `keep` bytes of what `from` says until it closes, as text.
+fn tail(from: &mut impl Read, keep: usize) -> String {
+    let (mut kept, mut buffer) = (Vec::new(), [0u8; 8192]);
+    while let Ok(n @ 1..) = from.read(&mut buffer) {
+        kept.extend_from_slice(&buffer[..n]);
+        if kept.len() > 2 * keep {
+            kept.drain(..kept.len() - keep);
+        }
+    }
+    let start = kept.len().saturating_sub(keep);
+    String::from_utf8_lossy(&kept[start..]).into_owned()
+}
+
+/// The child's exit; past `time` it is killed and the job has timed out.
+fn wait(child: &mut Child, time: Duration) -> Result<ExitStatus, Failure> {
     let started = Instant::now();
     loop {
         match child.try_wait() {
-            Ok(Some(status)) => return Some(status),
+            Ok(Some(status)) => return Ok(status),
             Ok(None) if started.elapsed() <= time => {}
-            _ => {
+            Ok(None) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return None;
+                return Err(Failure::TimedOut);
+            }
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(Failure::Crashed { status: "unknown".into(), said: format!("waiting for it: {e}") });
             }
         }
         // Most jobs take milliseconds: short naps first, then longer ones.

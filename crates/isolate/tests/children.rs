@@ -23,9 +23,15 @@ static SPIN: Worker = worker("spin", |_| loop {
 });
 static FLOOD: Worker = worker("flood", |_| Ok(vec![b'x'; 4 << 20]));
 static PANIC: Worker = worker("panic", |_| panic!("the reader lost its place"));
+/// Says 1 MiB on stderr (as a long panic message caught by the work would), then refuses: the
+/// pipe must not fill and hold it, and its refusal is read apart from what it said.
+static LOUD: Worker = worker("loud", |_| {
+    let _ = std::panic::catch_unwind(|| panic!("{}", "a long debug dump ".repeat(60_000)));
+    Err("damaged".into())
+});
 
 fn main() {
-    start(&[&ECHO, &REFUSE, &HOG, &SPIN, &FLOOD, &PANIC]);
+    start(&[&ECHO, &REFUSE, &HOG, &SPIN, &FLOOD, &PANIC, &LOUD]);
     if !cfg!(target_os = "linux") {
         println!("children are Linux only: nothing to test here");
         return;
@@ -50,8 +56,11 @@ fn main() {
     assert_eq!(run(&FLOOD, Vec::new), Some(Err(Failure::TooLarge)));
 
     match run(&PANIC, Vec::new) {
-        Some(Err(Failure::Crashed(why))) => assert!(why.contains("the reader lost its place"), "{why}"),
+        Some(Err(Failure::Crashed { said, .. })) => assert!(said.contains("the reader lost its place"), "{said}"),
         other => panic!("a panicking child: {other:?}"),
     }
-    println!("children: 6 ways a job ends, each as expected");
+    let started = Instant::now();
+    assert_eq!(run(&LOUD, Vec::new), Some(Err(Failure::Failed("damaged".into()))));
+    assert!(started.elapsed() < Duration::from_secs(2), "a loud child took {:?}", started.elapsed());
+    println!("children: 7 ways a job ends, each as expected");
 }

@@ -36,15 +36,21 @@ struct Server {
     connection: Mutex<Option<Connection>>,
 }
 
-/// What the servers answered so far: each server's tools join as it answers. Names are given
-/// in the configuration's order over the servers that answered, so once all have, they are the
-/// same whichever answered first (a clash met earlier may rename a tool when an earlier server
-/// answers late).
+/// What the servers answered so far. A name once given is never given to another tool (a
+/// reply, an approval and a switch all name tools): in the background each server's tools
+/// join, named, as it answers, a clash going to the later one; a start that waits for every
+/// server names them in the configuration's order.
 struct Listing {
-    /// One per server, in the configuration's order: `None` until it answers.
+    /// The servers' names, in the configuration's order.
+    servers: Vec<String>,
+    /// One per server: `None` until it answers.
     answers: Vec<Option<Listed>>,
+    /// Whether each server's tools are named (in `tools`) yet.
+    named: Vec<bool>,
+    /// Whether tools are named as their servers answer (else when [`Listing::name_answered`]
+    /// is called).
+    as_they_answer: bool,
     tools: Vec<OfferedTool>,
-    status: Vec<ServerStatus>,
 }
 
 type Listed = Result<(Vec<ListedTool>, Option<String>), String>;
@@ -70,7 +76,7 @@ impl Toolbox {
     /// limits, all at once); a server that fails stays in the status with its reason, and the
     /// others work.
     pub fn start(specs: Vec<ServerSpec>, limits: Limits) -> std::io::Result<Self> {
-        let toolbox = Self::spawn(specs, limits)?;
+        let toolbox = Self::launch(specs, limits, false)?;
         let tasks = std::mem::take(&mut *lock(&toolbox.listing_tasks));
         if let Some(runtime) = &toolbox.runtime {
             runtime.block_on(async {
@@ -79,37 +85,42 @@ impl Toolbox {
                 }
             });
         }
+        lock(&toolbox.listing).name_answered();
         Ok(toolbox)
     }
 
     /// Start every server in the background and return at once: each server's tools are
     /// offered from the moment it answers, so a slow one holds back only its own.
     pub fn spawn(specs: Vec<ServerSpec>, limits: Limits) -> std::io::Result<Self> {
+        Self::launch(specs, limits, true)
+    }
+
+    fn launch(specs: Vec<ServerSpec>, limits: Limits, as_they_answer: bool) -> std::io::Result<Self> {
         // The HTTP client's TLS takes the process's provider; another part may have set one.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let runtime =
             tokio::runtime::Builder::new_multi_thread().worker_threads(1).thread_name("mcp").enable_all().build()?;
-        let names: Vec<String> = specs.iter().map(|spec| spec.name.clone()).collect();
-        let mut listing = Listing { answers: vec![None; specs.len()], tools: Vec::new(), status: Vec::new() };
-        listing.name_tools(&names);
-        let listing = Arc::new(std::sync::Mutex::new(listing));
+        let listing = Arc::new(std::sync::Mutex::new(Listing {
+            servers: specs.iter().map(|spec| spec.name.clone()).collect(),
+            answers: vec![None; specs.len()],
+            named: vec![false; specs.len()],
+            as_they_answer,
+            tools: Vec::new(),
+        }));
         let servers: Vec<Arc<Server>> =
             specs.into_iter().map(|spec| Arc::new(Server { spec, connection: Mutex::new(None) })).collect();
         let tasks = servers
             .iter()
             .enumerate()
             .map(|(index, server)| {
-                let (server, limits, listing, names) =
-                    (server.clone(), server.limits(&limits), listing.clone(), names.clone());
+                let (server, limits, listing) = (server.clone(), server.limits(&limits), listing.clone());
                 runtime.spawn(async move {
                     // In a task of its own, so that a panic in it is a failed server, not a
                     // server left starting for good.
                     let listed = tokio::spawn(async move { server.list(&limits).await })
                         .await
                         .unwrap_or_else(|e| Err(format!("its start failed: {e}")));
-                    let mut listing = lock(&listing);
-                    listing.answers[index] = Some(listed);
-                    listing.name_tools(&names);
+                    lock(&listing).answered(index, listed);
                 })
             })
             .collect();
@@ -125,12 +136,12 @@ impl Toolbox {
 
     /// Each server as it stands, in the configuration's order.
     pub fn status(&self) -> Vec<ServerStatus> {
-        lock(&self.listing).status.clone()
+        lock(&self.listing).status()
     }
 
     /// Whether a server has yet to answer.
     pub fn starting(&self) -> bool {
-        lock(&self.listing).status.iter().any(|s| s.starting)
+        lock(&self.listing).answers.iter().any(Option::is_none)
     }
 
     /// The tools listed so far, on or off.
@@ -204,32 +215,41 @@ impl Toolbox {
 }
 
 impl Listing {
-    /// The offered tools and each server's status, from the answers so far.
-    fn name_tools(&mut self, servers: &[String]) {
-        self.tools.clear();
-        self.status.clear();
-        for (server, answer) in servers.iter().zip(self.answers.clone()) {
-            let mut status = ServerStatus {
-                name: server.to_string(),
-                tools: Vec::new(),
-                starting: false,
-                error: None,
-                notice: None,
-            };
-            match answer {
-                None => status.starting = true,
-                Some(Err(why)) => status.error = Some(why),
-                Some(Ok((listed, cut))) => {
-                    status.notice = cut;
-                    for tool in listed {
-                        let offered_name = self.unique_name(server, &tool.name);
-                        status.tools.push(offered_name.clone());
-                        self.tools.push(OfferedTool { offered_name, server: server.to_string(), tool });
-                    }
-                }
-            }
-            self.status.push(status);
+    fn answered(&mut self, index: usize, listed: Listed) {
+        self.answers[index] = Some(listed);
+        if self.as_they_answer {
+            self.name_answered();
         }
+    }
+
+    /// Name the tools of every server that answered and is not named yet, in the
+    /// configuration's order, after the names already given.
+    fn name_answered(&mut self) {
+        for index in 0..self.servers.len() {
+            let Some(Ok((listed, _))) = &self.answers[index] else { continue };
+            if self.named[index] {
+                continue;
+            }
+            self.named[index] = true;
+            let server = self.servers[index].clone();
+            for tool in listed.clone() {
+                let offered_name = self.unique_name(&server, &tool.name);
+                self.tools.push(OfferedTool { offered_name, server: server.clone(), tool });
+            }
+        }
+    }
+
+    fn status(&self) -> Vec<ServerStatus> {
+        let status = |(server, answer): (&String, &Option<Listed>)| {
+            let tools = self.tools.iter().filter(|t| &t.server == server).map(|t| t.offered_name.clone()).collect();
+            let (error, notice) = match answer {
+                Some(Err(why)) => (Some(why.clone()), None),
+                Some(Ok((_, cut))) => (None, cut.clone()),
+                None => (None, None),
+            };
+            ServerStatus { name: server.clone(), tools, starting: answer.is_none(), error, notice }
+        };
+        self.servers.iter().zip(&self.answers).map(status).collect()
     }
 
     /// The tool's name in the characters OpenAI-style function names allow, prefixed with its

@@ -37,8 +37,10 @@ pub trait Hooks {
 #[derive(Debug, Default, Clone)]
 pub struct Approvals(HashSet<String>);
 
-/// Reply to `messages` with the toolbox's tools. `reply` makes one model reply to the
-/// messages with the tools given (OpenAI entries) and `text` reads its text. The calls and
+/// Reply to `messages` with the toolbox's tools `offered` (its [`Toolbox::offered`] when the
+/// reply began: servers still starting may add tools meanwhile, which wait for the next
+/// reply). `reply` makes one model reply to the messages with the tools given (OpenAI
+/// entries) and `text` reads its text. The calls and
 /// their results are appended to `messages`; the last reply, which calls nothing that may
 /// still run, is returned (the caller appends it). Every round offers the same tools: they are
 /// rendered at the top of the prompt, and a list that changed would make the engine read the
@@ -46,6 +48,7 @@ pub struct Approvals(HashSet<String>);
 /// by no longer reading its calls.
 pub fn reply_with_tools<R>(
     toolbox: &Toolbox,
+    offered: Vec<Value>,
     approvals: &mut Approvals,
     messages: &mut Vec<Message>,
     hooks: &mut dyn Hooks,
@@ -53,7 +56,6 @@ pub fn reply_with_tools<R>(
     text: impl Fn(&R) -> &str,
 ) -> Result<R, String> {
     let max_calls = toolbox.limits().max_calls_per_reply;
-    let offered = toolbox.offered();
     // Tools whose calls are no longer read in this reply: denied, failed, or called again with
     // the same arguments.
     let mut withdrawn: HashSet<String> = HashSet::new();

@@ -153,3 +153,25 @@ fn each_server_s_tools_are_offered_as_it_answers_not_when_the_slowest_does() {
     assert_eq!(toolbox.call("echo", json!({"text": "early"}), &|| false).unwrap().text, "early");
     assert!(started.elapsed() < Duration::from_secs(15));
 }
+
+#[test]
+fn a_name_once_given_stays_with_its_tool_when_an_earlier_server_answers_late() {
+    // Both offer `echo`; the first in the file answers 2 s after the second. In the background
+    // the second's `echo` is offered at once, and keeps its name when the first answers: a
+    // reply, an approval or a switch that named it still means it.
+    let toolbox = Toolbox::spawn(vec![hostile("late"), hostile("well")], limits()).unwrap();
+    let started = Instant::now();
+    while toolbox.starting() {
+        assert!(started.elapsed() < Duration::from_secs(15), "{:?}", toolbox.status());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = toolbox.status();
+    assert_eq!(
+        (status[0].tools.clone(), status[1].tools.clone()),
+        (vec!["late__echo".to_string()], vec!["echo".to_string()])
+    );
+    assert_eq!(toolbox.find("echo").unwrap().server, "well");
+    // Waiting for every server names them in the file's order instead.
+    let waited = Toolbox::start(vec![hostile("late"), hostile("well")], limits()).unwrap();
+    assert_eq!(waited.find("echo").unwrap().server, "late");
+}

@@ -66,6 +66,7 @@ fn run(
     let mut next = replies.iter();
     let answer = reply_with_tools(
         toolbox,
+        toolbox.offered(),
         approvals,
         &mut messages,
         hooks,
@@ -150,6 +151,7 @@ fn a_stopped_reply_runs_no_more_calls_and_asks_the_model_for_nothing_more() {
     let two = format!("{}{}", echo_call("a"), echo_call("b"));
     let result = reply_with_tools(
         &toolbox,
+        toolbox.offered(),
         &mut Approvals::default(),
         &mut messages,
         &mut hooks,

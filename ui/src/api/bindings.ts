@@ -59,12 +59,14 @@ async renameConversation(id: number, title: string) : Promise<null> {
 async setSystemPrompt(id: number, text: string) : Promise<null> {
     return await TAURI_INVOKE("set_system_prompt", { id, text });
 },
+/**
+ * Whether the conversation's replies think first (Qwen3's `enable_thinking`); none: the
+ * model's template decides.
+ */
 async setThinking(id: number, thinking: boolean | null) : Promise<null> {
     return await TAURI_INVOKE("set_thinking", { id, thinking });
 },
 /**
- * Whether the conversation's replies think first (Qwen3's `enable_thinking`); none: the
- * model's template decides.
  * What the conversation's replies do when it outgrows the context; none: the app's setting.
  */
 async setOverflow(id: number, overflow: Overflow | null) : Promise<null> {

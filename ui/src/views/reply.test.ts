@@ -97,6 +97,22 @@ describe('a streaming reply', () => {
   });
 });
 
+describe('a streaming reply whose chat is left', () => {
+  beforeEach(() => loadPage(indexHtml));
+
+  it('marks no trim in the chat shown instead, and marks its own when put back', () => {
+    const { live } = reply();
+    const element = $('#messages .streaming');
+    const messages = $('#messages');
+    messages.replaceChildren(); // another chat drawn
+    live.onEvent({ kind: 'trimmed', trim: { first: 0, messages: 2, tokens: 900 } });
+    expect(messages.querySelector('.trim-marker')).toBeNull();
+    live.reattach();
+    expect(element.isConnected).toBe(true);
+    expect(messages.querySelector('.trim-marker')).not.toBeNull();
+  });
+});
+
 describe('a streaming reply that calls a tool', () => {
   beforeEach(() => {
     loadPage(indexHtml);

@@ -2,7 +2,7 @@
 // speed panel beside it. Painting is batched (render/stream.ts): the text, the speed figures
 // and the scroll move together a few times a second, however fast tokens come.
 
-import type { ChatMessage, GenerationStats, Reasoning, ReplyEvent, ReplyHandle, TokenEvent, ToolCard } from '../api/types';
+import type { ChatMessage, GenerationStats, Reasoning, ReplyEvent, ReplyHandle, TokenEvent, ToolCard, Trim } from '../api/types';
 import { ReplyStream } from '../render/stream';
 import { toolCardElement, withoutCallMarkup } from '../render/tool-card';
 import { ThinkingBlock } from '../render/thinking';
@@ -38,6 +38,8 @@ export class LiveReply {
   /** Whether the answer has drawn any text (before it, whitespace after the thinking is not).
    *  True from the start for a reply that does not think. */
   private answerBegun = true;
+  /** The latest trim, marked again when the reply's chat is drawn again. */
+  private trim: Trim | null = null;
 
   constructor(
     private readonly chat: Pick<ChatView, 'startReply' | 'follow' | 'markTrim' | 'adoptReply'>,
@@ -58,7 +60,7 @@ export class LiveReply {
       colours: this.options.colours,
       onPaint: () => {
         this.panel.paint();
-        this.chat.follow();
+        this.follow();
       },
     });
   }
@@ -67,6 +69,17 @@ export class LiveReply {
    *  it is now, still streaming, its questions still answerable. */
   reattach(): void {
     this.chat.adoptReply(this.element, this.handle?.messageId);
+    if (this.trim) this.chat.markTrim(this.trim);
+  }
+
+  /** Whether the reply is in the window: another chat may be shown while it streams, and that
+   *  chat's view is not the reply's to scroll or mark. */
+  private shown(): boolean {
+    return this.element.isConnected;
+  }
+
+  private follow(): void {
+    if (this.shown()) this.chat.follow();
   }
 
   onEvent(event: ReplyEvent): void {
@@ -74,7 +87,8 @@ export class LiveReply {
       // A long prompt takes a while to read; say how far it got until the first token.
       this.summary.textContent = `reading the prompt · ${Math.floor((100 * event.done) / Math.max(1, event.total))}%`;
     } else if (event.kind === 'trimmed') {
-      this.chat.markTrim(event.trim);
+      this.trim = event.trim;
+      if (this.shown()) this.chat.markTrim(event.trim);
     } else if (event.kind === 'reasoning') {
       this.think(event.reasoning);
     } else if (event.kind === 'tokens') {
@@ -121,7 +135,7 @@ export class LiveReply {
       this.body.append(element, part);
       this.stream = this.streamInto(part);
     }
-    this.chat.follow();
+    this.follow();
   }
 
   /** The thinking opened (what came so far was thinking) or closed (what comes next is the

@@ -55,7 +55,14 @@ fn render_job(input: &[u8]) -> std::result::Result<Vec<u8>, String> {
 /// The job rendered in a child, when this process opted in and the child starts; `None` to
 /// render here.
 pub(super) fn render(job: impl FnOnce() -> Job) -> Option<Result<String>> {
-    let rendered = specula_isolate::run(&TEMPLATE_RENDER, || serde_json::to_vec(&job()).unwrap_or_default())?;
+    if !specula_isolate::isolated() {
+        return None;
+    }
+    let input = match serde_json::to_vec(&job()) {
+        Ok(input) => input,
+        Err(e) => return Some(Err(Error::Template(e.to_string()))),
+    };
+    let rendered = specula_isolate::run(&TEMPLATE_RENDER, || input)?;
     Some(match rendered {
         Ok(out) => String::from_utf8(out).map_err(|_| Error::Template("the template wrote invalid UTF-8".into())),
         Err(Failure::Failed(message)) => Err(Error::Template(message)),
@@ -69,6 +76,8 @@ pub(super) fn render(job: impl FnOnce() -> Job) -> Option<Result<String>> {
         Err(Failure::TooLarge) => {
             Err(Error::Template(format!("the chat template wrote more than {} MiB", super::MAX_PROMPT_BYTES >> 20)))
         }
-        Err(Failure::Crashed(why)) => Err(Error::Template(format!("the template child failed ({why})"))),
+        Err(Failure::Crashed { status, said }) => {
+            Err(Error::Template(format!("the template child failed ({status}): {said}")))
+        }
     })
 }

@@ -8,6 +8,7 @@ exit     exits in the middle of a call, after a word on stderr
 exit-once  the same the first time it runs (argv[2]: a file it creates then), then behaves
 many     lists 10,000 tools
 well     behaves: `echo` returns its `text` argument (the control case)
+late     behaves, but answers the handshake after 2 s
 """
 import json
 import os
@@ -33,6 +34,8 @@ for line in sys.stdin:
     if ident is None or mode == "silent":
         continue  # notifications need no answer; silent answers nothing
     if method == "initialize":
+        if mode == "late":
+            time.sleep(2)
         send({"jsonrpc": "2.0", "id": ident, "result": {
             "protocolVersion": request["params"]["protocolVersion"],
             "capabilities": {"tools": {}}, "serverInfo": {"name": f"hostile-{mode}", "version": "1"}}})
