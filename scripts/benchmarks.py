@@ -140,7 +140,7 @@ SECTIONS = {
     ),
     "drafters-vs-llama.json": (
         "Drafters beside llama.cpp's draftless and draft modes, on every set, in one run",
-        "scripts/bench-vs-llama.py --drafters --limit 3 --rounds 1   # per prompt, in turn: specula generate --drafter none, "
+        "scripts/bench-vs-llama.py --drafters --limit 3 --rounds 3   # per prompt, in turn: specula generate --drafter none, "
         "specula generate --drafter auto --k auto, llama-server (plain), llama-server --spec-type ngram-mod, llama-server -md DRAFT "
         "--spec-type draft-simple --spec-draft-n-max 16 --spec-draft-p-min 0.75",
         "Greedy, the same ChatML prompt text (the revision set's earlier turns included) and GGUF files, 2 threads; decode "
@@ -399,7 +399,8 @@ def drafters_llama_table(data: dict) -> str:
     header = ["set", "Specula auto / plain", "lowest reply", "llama plain / Specula plain", "llama ngram-mod / Specula plain",
               "llama draft / Specula plain",
               "Specula auto / llama's best", "auto identical to plain"]
-    return table(header, rows)
+    build = f"\n\nllama.cpp: {llama_build(data['llama_cpp'])}" if data.get("llama_cpp") else ""
+    return table(header, rows) + build
 
 
 def stopping(row: dict) -> str:
