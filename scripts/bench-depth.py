@@ -3,8 +3,9 @@
 rate at depth, `specula speed` against `llama-bench` on the 1.5B target: bench/depth.json.
 
 For each depth (tokens already in the cache) each program generates --tg tokens one pass each
-after reading the depth's tokens, with 2 threads: Specula with f16 and with f32 keys and values
-(`--kv`), llama.cpp with its default f16 cache. Recorded per run: the decode rate and the peak
+after reading the depth's tokens, with 2 threads: Specula with f16, q8_0 and f32 keys and
+values (`--kv`), llama.cpp with its default f16 cache and with q8_0 (`-ctk q8_0 -ctv q8_0`,
+which needs its flash attention, `-fa 1`). Recorded per run: the decode rate and the peak
 resident size of the process (the kernel's ru_maxrss: weights, the filled cache and the
 scratch of the last pass). Both programs size their cache to the depth and the tokens asked,
 so the resident size is what that many filled positions cost. The order alternates by depth.
@@ -48,9 +49,10 @@ def specula(cli, depth, tg, kv):
     return {"tokens_per_second": round(result["tokens_per_second"], 2), "peak_rss_mib": rss}
 
 
-def llama(bin_dir, depth, tg):
+def llama(bin_dir, depth, tg, kv="f16"):
+    cache = [] if kv == "f16" else ["-ctk", kv, "-ctv", kv, "-fa", "1"]
     out, rss = run_peak([bin_dir / "llama-bench", "-m", vs_llama.TARGET, "-p", "0", "-n", tg, "-d", depth,
-                         "-t", vs_llama.THREADS, "-r", "1", "-o", "json"])
+                         "-t", vs_llama.THREADS, "-r", "1", "-o", "json", *cache])
     return {"tokens_per_second": round(json.loads(out)[0]["avg_ts"], 2), "peak_rss_mib": rss}
 
 
@@ -66,13 +68,18 @@ def main():
     rows = []
     for i, depth in enumerate(int(d) for d in args.depths.split(",")):
         runs = [("specula f16", lambda: specula(args.cli, depth, args.tg, "f16")),
+                ("specula q8_0", lambda: specula(args.cli, depth, args.tg, "q8_0")),
                 ("specula f32", lambda: specula(args.cli, depth, args.tg, "f32")),
-                ("llama.cpp f16", lambda: llama(bin_dir, depth, args.tg))]
+                ("llama.cpp f16", lambda: llama(bin_dir, depth, args.tg)),
+                ("llama.cpp q8_0", lambda: llama(bin_dir, depth, args.tg, "q8_0"))]
         got = {name: fn() for name, fn in (runs if i % 2 == 0 else runs[::-1])}
         row = {"depth": depth, "tg": args.tg, "engines": got,
                "ratio_f16": {
                    "tokens_per_second": round(got["specula f16"]["tokens_per_second"] / got["llama.cpp f16"]["tokens_per_second"], 3),
-                   "peak_rss": round(got["specula f16"]["peak_rss_mib"] / got["llama.cpp f16"]["peak_rss_mib"], 3)}}
+                   "peak_rss": round(got["specula f16"]["peak_rss_mib"] / got["llama.cpp f16"]["peak_rss_mib"], 3)},
+               "ratio_q8_0": {
+                   "tokens_per_second": round(got["specula q8_0"]["tokens_per_second"] / got["llama.cpp q8_0"]["tokens_per_second"], 3),
+                   "peak_rss": round(got["specula q8_0"]["peak_rss_mib"] / got["llama.cpp q8_0"]["peak_rss_mib"], 3)}}
         print(json.dumps(row), flush=True)
         rows.append(row)
     data = {"kind": "depth", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "cpu": vs_llama.cpu(),

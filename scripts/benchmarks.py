@@ -121,13 +121,14 @@ SECTIONS = {
     ),
     "depth.json": (
         "Long contexts: memory with the context filled and decoding at depth, beside llama.cpp in one run",
-        "scripts/bench-depth.py --depths 4096,8192,16384 --tg 32   # specula speed --pp 0 --tg 32 --depth D --kv f16|f32 "
-        "--repeat 1 against llama-bench -p 0 -n 32 -d D -t 2 -r 1, alternating",
+        "scripts/bench-depth.py --depths 4096,8192,16384 --tg 32   # specula speed --pp 0 --tg 32 --depth D --kv f16|q8_0|f32 "
+        "--repeat 1 against llama-bench -p 0 -n 32 -d D -t 2 -r 1 [-ctk q8_0 -ctv q8_0 -fa 1], alternating",
         "The 1.5B target, 2 threads. At each depth (tokens already in the cache) each program reads the depth's tokens "
         "and then generates 32 tokens one pass each; the rate is of those 32. Peak resident size is the process's "
         "ru_maxrss: the weights, the cache filled to the depth and the last pass's scratch. Both programs size their "
         "cache to the depth and the tokens asked; llama.cpp keeps its defaults (f16 cache, the file mapped and its "
-        "weights repacked for its CPU kernels). Ratios are Specula's f16 default over llama.cpp.",
+        "weights repacked for its CPU kernels), and its q8_0 cache needs its flash attention. Ratios are Specula over "
+        "llama.cpp with the same cache format.",
     ),
     "context-many.json": (
         "Many chats under the prompt cache's cap, and the first turn after a restart",
@@ -378,17 +379,20 @@ def many_table(data: dict) -> str:
 
 
 def depth_table(data: dict) -> str:
-    rows = []
-    for r in data["rows"]:
-        e = r["engines"]
-        rows.append([f"{r['depth']:,}"]
-                    + [f"{e[k]['tokens_per_second']:.1f}" for k in ("specula f16", "specula f32", "llama.cpp f16")]
-                    + [f"{r['ratio_f16']['tokens_per_second']:.2f}"]
-                    + [f"{e[k]['peak_rss_mib']:,.0f}" for k in ("specula f16", "specula f32", "llama.cpp f16")]
-                    + [f"{r['ratio_f16']['peak_rss']:.2f}"])
-    header = ["depth", "Specula f16 tok/s", "Specula f32 tok/s", "llama.cpp f16 tok/s", "rate / llama.cpp",
-              "Specula f16 MiB", "Specula f32 MiB", "llama.cpp MiB", "memory / llama.cpp"]
-    return table(header, rows) + f"\n\nllama.cpp: {llama_build(data['llama_cpp'])}"
+    order = ["specula f16", "specula q8_0", "specula f32", "llama.cpp f16", "llama.cpp q8_0"]
+    engines = [k for k in order if k in data["rows"][0]["engines"]]
+    formats = [f for f in ("f16", "q8_0") if f"ratio_{f}" in data["rows"][0]]
+
+    def part(metric, unit, cell):
+        ratio = {"tokens_per_second": "tokens_per_second", "peak_rss_mib": "peak_rss"}[metric]
+        rows = [[f"{r['depth']:,}"] + [cell(r["engines"][k][metric]) for k in engines]
+                + [f"{r[f'ratio_{f}'][ratio]:.2f}" for f in formats] for r in data["rows"]]
+        header = ["depth"] + [f"{k} {unit}" for k in engines] + [f"Specula / llama.cpp, {f}" for f in formats]
+        return table(header, rows)
+
+    rate = part("tokens_per_second", "tok/s", lambda v: f"{v:.1f}")
+    memory = part("peak_rss_mib", "MiB", lambda v: f"{v:,.0f}")
+    return f"Decoding at depth:\n\n{rate}\n\nPeak resident size:\n\n{memory}\n\nllama.cpp: {llama_build(data['llama_cpp'])}"
 
 
 def drafters_llama_table(data: dict) -> str:

@@ -178,7 +178,8 @@ pub struct ModelArgs {
     #[arg(long, default_value_t = specula_engine::AUTO_CONTEXT)]
     pub ctx: usize,
     /// How the KV cache stores keys and values: f16 (half the memory and half the reads at
-    /// depth) or f32 (the reference format).
+    /// depth), q8_0 (about a quarter, each value rounded to 8 bits; CPU only) or f32 (the
+    /// reference format).
     #[arg(long, default_value = specula_engine::protocol::DEFAULT_KV_FORMAT.as_str())]
     pub kv: specula_engine::KvFormat,
     /// A prompt longer than the context: stop (an error), truncate-middle (keep the system

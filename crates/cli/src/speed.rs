@@ -27,7 +27,7 @@ pub struct SpeedArgs {
     repeat: usize,
     #[arg(long, default_value = "cpu")]
     device: String,
-    /// How the KV cache stores keys and values (f16 or f32).
+    /// How the KV cache stores keys and values (f16, q8_0 or f32).
     #[arg(long, default_value = specula_engine::protocol::DEFAULT_KV_FORMAT.as_str())]
     kv: specula_engine::KvFormat,
     /// Write the figures here as JSON.

@@ -81,7 +81,7 @@ impl CustomOp3 for RowExactAttention {
         lv: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (n_head, n, head_dim) = lq.shape().dims3()?;
-        let (n_kv_head, capacity, _) = lk.shape().dims3()?;
+        let (n_kv_head, capacity, _) = lk.shape().dims3()?; // rows of keys in the buffer
         if !lk.is_contiguous() || !lv.is_contiguous() || self.pos + n > self.kv_len || self.kv_len > capacity {
             candle_core::bail!("attention: bad cache layout or length")
         }
@@ -93,17 +93,11 @@ impl CustomOp3 for RowExactAttention {
                 self.attend(q, &k[lk.start_offset()..], &v[lv.start_offset()..], dims, n_kv_head, capacity)
             }
             (CpuStorage::F16(k), CpuStorage::F16(v)) => {
-                let (k, v) = (&k[lk.start_offset()..], &v[lv.start_offset()..]);
-                match n > 1 {
-                    // A batch (a prefill chunk, a verification) widens the live rows once here,
-                    // not once per query row: the same values, so the same bits.
-                    true => {
-                        let widen = |rows: &[half::f16]| widened(rows, n_kv_head, capacity, self.kv_len, head_dim);
-                        let (k, v) = (widen(k), widen(v));
-                        self.attend(q, &k, &v, dims, n_kv_head, self.kv_len)
-                    }
-                    false => self.attend(q, k, v, dims, n_kv_head, capacity),
-                }
+                self.attend_stored(q, &k[lk.start_offset()..], &v[lv.start_offset()..], dims, n_kv_head, capacity)
+            }
+            (CpuStorage::U8(k), CpuStorage::U8(v)) => {
+                let (k, v) = (Q8_0::blocks(&k[lk.start_offset()..]), Q8_0::blocks(&v[lv.start_offset()..]));
+                self.attend_stored(q, k, v, dims, n_kv_head, capacity)
             }
             _ => candle_core::bail!("attention: keys and values of another type"),
         };
@@ -112,6 +106,29 @@ impl CustomOp3 for RowExactAttention {
 }
 
 impl RowExactAttention {
+    /// Attention over keys and values stored narrower than f32. A batch (a prefill chunk, a
+    /// verification) widens the live rows once here, not once per query row; one query reads
+    /// them in place. The same values either way, so the same bits.
+    fn attend_stored<T: Rows>(
+        &self,
+        q: &[f32],
+        k: &[T],
+        v: &[T],
+        dims: (usize, usize, usize),
+        n_kv_head: usize,
+        capacity: usize,
+    ) -> Vec<f32> {
+        let (_, n, head_dim) = dims;
+        match n > 1 {
+            true => {
+                let widen = |rows: &[T]| widened(rows, n_kv_head, capacity, self.kv_len, head_dim);
+                let (k, v) = (widen(k), widen(v));
+                self.attend(q, &k, &v, dims, n_kv_head, self.kv_len)
+            }
+            false => self.attend(q, k, v, dims, n_kv_head, capacity),
+        }
+    }
+
     /// Every query row over the cache's keys and values (stored as `T`), `[n, n_head * d]`.
     fn attend<T: Rows>(
         &self,
@@ -124,6 +141,7 @@ impl RowExactAttention {
     ) -> Vec<f32> {
         let group = n_head / n_kv_head;
         let scale = 1.0 / (head_dim as f32).sqrt();
+        let row = T::units(head_dim);
         let mut out = vec![0f32; n * n_head * head_dim];
         let out_ptr = out.as_mut_ptr() as usize;
         // An item is one query position, one kv head and a run of the query heads that share
@@ -146,8 +164,8 @@ impl RowExactAttention {
                 let start = window_start(p, self.window);
                 let len = p + 1 - start;
                 let heads = QueryHeads { q: &q[(first * n + i) * head_dim..], stride: n * head_dim, count };
-                let keys = &k[(kv_head * capacity + start) * head_dim..][..len * head_dim];
-                let values = &v[(kv_head * capacity + start) * head_dim..][..len * head_dim];
+                let keys = &k[(kv_head * capacity + start) * row..][..len * row];
+                let values = &v[(kv_head * capacity + start) * row..][..len * row];
                 // SAFETY: the heads `first .. first + count` of query `i` are this item's alone,
                 // contiguous in the output `[n, n_head, head_dim]`.
                 let dst = unsafe {
@@ -170,19 +188,25 @@ impl RowExactAttention {
 }
 
 /// The first `len` of each head's `capacity` rows of `d`, as f32: `[heads, len, d]`.
-fn widened(rows: &[half::f16], heads: usize, capacity: usize, len: usize, d: usize) -> Vec<f32> {
-    use half::slice::HalfFloatSliceExt;
+fn widened<T: Rows>(rows: &[T], heads: usize, capacity: usize, len: usize, d: usize) -> Vec<f32> {
     let mut out = vec![0f32; heads * len * d];
+    let mut buf = Vec::new();
     for (head, dst) in out.chunks_exact_mut(len * d).enumerate() {
-        rows[head * capacity * d..][..len * d].convert_to_f32_slice(dst);
+        dst.copy_from_slice(T::rows_f32(&rows[head * capacity * T::units(d)..], 0, len, d, &mut buf));
     }
     out
 }
 
-/// How cached keys and values are stored: f32 as they are, f16 widened a block at a time as
-/// they are read (exactly: every f16 is an f32), so a row's result still never depends on its
-/// batch, and an f16 cache reads half the bytes.
+/// How cached keys and values are stored: f32 as they are; f16 and q8_0 widened a block at a
+/// time as they are read, the same way whatever the batch, so a row's result still never
+/// depends on it. An f16 cache reads half the bytes, a q8_0 cache about a quarter.
 pub trait Rows: Copy + Send + Sync + 'static {
+    /// Elements of `Self` that a row of `d` values takes.
+    #[inline(always)]
+    fn units(d: usize) -> usize {
+        d
+    }
+
     /// `count` rows of `d` from row `from` of `rows`, as f32: a view, or widened into `buf`.
     fn rows_f32<'a>(rows: &'a [Self], from: usize, count: usize, d: usize, buf: &'a mut Vec<f32>) -> &'a [f32];
 }
@@ -191,6 +215,38 @@ impl Rows for f32 {
     #[inline(always)]
     fn rows_f32<'a>(rows: &'a [Self], from: usize, count: usize, d: usize, _: &'a mut Vec<f32>) -> &'a [f32] {
         &rows[from * d..][..count * d]
+    }
+}
+
+/// One q8_0 block: an f16 scale and 32 signed bytes (34 bytes, byte-aligned, as the cache's
+/// u8 buffers hold them).
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct Q8_0([u8; specula_protocol::Q8_0_BLOCK_BYTES]);
+
+impl Q8_0 {
+    /// A buffer of whole blocks seen as blocks.
+    fn blocks(bytes: &[u8]) -> &[Q8_0] {
+        let count = bytes.len() / std::mem::size_of::<Q8_0>();
+        // SAFETY: `Q8_0` is a byte array (alignment 1, no invalid values); `count` blocks fit.
+        unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<Q8_0>(), count) }
+    }
+}
+
+impl Rows for Q8_0 {
+    #[inline(always)]
+    fn units(d: usize) -> usize {
+        d / specula_protocol::Q8_0_BLOCK
+    }
+
+    #[inline(always)]
+    fn rows_f32<'a>(rows: &'a [Self], from: usize, count: usize, d: usize, buf: &'a mut Vec<f32>) -> &'a [f32] {
+        let blocks = &rows[from * Self::units(d)..][..count * Self::units(d)];
+        // SAFETY: blocks are byte arrays laid end to end, so a run of them is a run of bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(blocks.as_ptr().cast::<u8>(), std::mem::size_of_val(blocks)) };
+        buf.resize(count * d, 0.0);
+        crate::kv_cache::dequantize_q8_0(bytes, buf);
+        &buf[..]
     }
 }
 
@@ -256,7 +312,7 @@ unsafe fn attend_heads_fma<T: Rows>(job: &Attend<T>, scores: &mut [f32], dst: &m
 fn attend_heads_with<const FMA: bool, T: Rows>(job: &Attend<T>, scores: &mut [f32], dst: &mut [f32]) {
     let Attend { heads, keys, values, scale } = *job;
     let d = dst.len() / heads.count;
-    let len = keys.len() / d;
+    let len = keys.len() / T::units(d);
     // Plain loops, no closures: a closure is compiled without the caller's target features,
     // and `mul_add` there becomes a call to libm's `fmaf`.
     score_keys::<FMA, T>(&heads, keys, d, scale, scores);
@@ -302,7 +358,7 @@ fn attend_heads_with<const FMA: bool, T: Rows>(job: &Attend<T>, scores: &mut [f3
 /// `scores[g * len + j] = q_g · k_j · scale`, each key row loaded once for all the heads.
 #[inline(always)]
 fn score_keys<const FMA: bool, T: Rows>(heads: &QueryHeads, keys: &[T], d: usize, scale: f32, scores: &mut [f32]) {
-    let len = keys.len() / d;
+    let len = keys.len() / T::units(d);
     let mut widened = Vec::new();
     #[cfg(target_arch = "x86_64")]
     if FMA && d.is_multiple_of(8) {
@@ -550,6 +606,34 @@ mod tests {
         widened.append(&round(&k), &round(&v)).unwrap();
         let reference: Vec<Vec<f32>> = causal_attention(&q, &widened, 37, None).unwrap().to_vec2().unwrap();
         assert_eq!(batched, reference, "widening is exact, so the bits are the f32 path's");
+        for (i, expected) in batched.iter().enumerate() {
+            let row: Vec<Vec<f32>> =
+                causal_attention(&q.narrow(1, i, 1).unwrap(), &fill(38 + i), 37 + i, None).unwrap().to_vec2().unwrap();
+            assert_eq!(&row[0], expected, "row {i}");
+        }
+    }
+
+    #[test]
+    fn a_q8_0_cache_attends_as_its_dequantized_values_do_and_a_row_is_the_same_alone_or_in_a_batch() {
+        use crate::kv_cache::{dequantize_q8_0, quantize_q8_0, KvFormat};
+        let (k, v) = (random((2, 40, 64), 51), random((2, 40, 64), 52));
+        let fill = |len: usize| {
+            let mut cache = KvCache::with_format(2, 40, 64, KvFormat::Q8_0, &Device::Cpu).unwrap();
+            cache.append(&k.narrow(1, 0, len).unwrap(), &v.narrow(1, 0, len).unwrap()).unwrap();
+            cache
+        };
+        let q = random((6, 3, 64), 53); // positions 37, 38, 39
+        let batched: Vec<Vec<f32>> = causal_attention(&q, &fill(40), 37, None).unwrap().to_vec2().unwrap();
+        let round = |t: &Tensor| {
+            let values = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            let mut back = vec![0f32; values.len()];
+            dequantize_q8_0(&quantize_q8_0(&values), &mut back);
+            Tensor::from_vec(back, t.dims3().unwrap(), &Device::Cpu).unwrap()
+        };
+        let mut dequantized = KvCache::new(2, 40, 64, &Device::Cpu).unwrap();
+        dequantized.append(&round(&k), &round(&v)).unwrap();
+        let reference: Vec<Vec<f32>> = causal_attention(&q, &dequantized, 37, None).unwrap().to_vec2().unwrap();
+        assert_eq!(batched, reference, "the stored values, widened the same way in a batch or alone");
         for (i, expected) in batched.iter().enumerate() {
             let row: Vec<Vec<f32>> =
                 causal_attention(&q.narrow(1, i, 1).unwrap(), &fill(38 + i), 37 + i, None).unwrap().to_vec2().unwrap();

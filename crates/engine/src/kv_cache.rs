@@ -11,15 +11,18 @@ use crate::error::{Error, Result};
 use candle_core::{DType, Device, Tensor};
 use half::f16;
 pub use specula_protocol::KvFormat;
+use specula_protocol::{Q8_0_BLOCK, Q8_0_BLOCK_BYTES};
 
 /// Positions allocated at first: a short chat never grows the buffers.
 const FIRST_ALLOCATION: usize = 1024;
 
 pub struct KvCache {
-    /// `[n_kv_head, allocated, head_dim]`, in the cache's format.
+    /// `[n_kv_head, allocated, units]`, in the cache's format: a row is `head_dim` floats, or
+    /// for q8_0 its blocks' bytes ([`row_units`]).
     k: Tensor,
-    /// `[n_kv_head, allocated, head_dim]`
+    /// `[n_kv_head, allocated, units]`
     v: Tensor,
+    head_dim: usize,
     len: usize,
     /// The most positions it may hold (the context).
     limit: usize,
@@ -29,6 +32,65 @@ fn dtype_of(format: KvFormat) -> DType {
     match format {
         KvFormat::F32 => DType::F32,
         KvFormat::F16 => DType::F16,
+        KvFormat::Q8_0 => DType::U8,
+    }
+}
+
+/// The elements of the cache's tensors that one row of `values` keys or values takes: the
+/// floats themselves, or for q8_0 the bytes of their blocks.
+pub fn row_units(format: KvFormat, values: usize) -> usize {
+    match format {
+        KvFormat::Q8_0 => format.bytes_for(values),
+        _ => values,
+    }
+}
+
+/// Rows of f32 as q8_0 blocks, the way llama.cpp rounds them (`quantize_row_q8_0_ref`): each
+/// block of 32 scaled so its largest magnitude is 127, the scale kept as f16.
+pub fn quantize_q8_0(values: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(KvFormat::Q8_0.bytes_for(values.len()));
+    for block in values.chunks(Q8_0_BLOCK) {
+        let largest = block.iter().fold(0f32, |m, x| m.max(x.abs()));
+        let scale = largest / 127.0;
+        let inverse = if scale == 0.0 { 0.0 } else { 1.0 / scale };
+        out.extend(f16::from_f32(scale).to_le_bytes());
+        out.extend(block.iter().map(|x| (x * inverse).round() as i8 as u8));
+        out.resize(out.len() + Q8_0_BLOCK - block.len(), 0);
+    }
+    out
+}
+
+/// q8_0 blocks back to f32 (`values.len()` of them, whole blocks): each byte times its
+/// block's scale. Attention reads the cache through this, so it has an AVX2 path; both paths
+/// round once (the product), so they give the same bits.
+#[inline(always)]
+pub fn dequantize_q8_0(blocks: &[u8], values: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c") {
+        // SAFETY: the CPU has AVX2 and F16C (checked above).
+        return unsafe { dequantize_q8_0_avx2(blocks, values) };
+    }
+    for (block, out) in blocks.chunks_exact(Q8_0_BLOCK_BYTES).zip(values.chunks_exact_mut(Q8_0_BLOCK)) {
+        let scale = f16::from_le_bytes([block[0], block[1]]).to_f32();
+        for (o, &q) in out.iter_mut().zip(&block[2..]) {
+            *o = f32::from(q as i8) * scale;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn dequantize_q8_0_avx2(blocks: &[u8], values: &mut [f32]) {
+    use std::arch::x86_64::*;
+    for (block, out) in blocks.chunks_exact(Q8_0_BLOCK_BYTES).zip(values.chunks_exact_mut(Q8_0_BLOCK)) {
+        let bits = u16::from_le_bytes([block[0], block[1]]);
+        let scale = _mm256_set1_ps(_mm_cvtss_f32(_mm_cvtph_ps(_mm_set1_epi16(bits as i16))));
+        let (from, to) = (block.as_ptr().add(2), out.as_mut_ptr());
+        for part in 0..Q8_0_BLOCK / 8 {
+            let bytes = _mm_loadl_epi64(from.add(8 * part).cast());
+            let floats = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+            _mm256_storeu_ps(to.add(8 * part), _mm256_mul_ps(floats, scale));
+        }
     }
 }
 
@@ -45,17 +107,30 @@ impl KvCache {
         format: KvFormat,
         device: &Device,
     ) -> Result<Self> {
-        let shape = (n_kv_head, limit.min(FIRST_ALLOCATION), head_dim);
+        if format == KvFormat::Q8_0 && !device.is_cpu() {
+            return Err(Error::InvalidSetting("the q8_0 KV format runs on the CPU only: choose f16 here".into()));
+        }
+        if format == KvFormat::Q8_0 && !head_dim.is_multiple_of(Q8_0_BLOCK) {
+            let why = format!("the q8_0 KV format needs heads of a multiple of 32 values, and this model's have {head_dim}: choose f16");
+            return Err(Error::InvalidSetting(why));
+        }
+        let shape = (n_kv_head, limit.min(FIRST_ALLOCATION), row_units(format, head_dim));
         let dtype = dtype_of(format);
         let (k, v) = (Tensor::zeros(shape, dtype, device)?, Tensor::zeros(shape, dtype, device)?);
-        Ok(Self { k, v, len: 0, limit })
+        Ok(Self { k, v, head_dim, len: 0, limit })
     }
 
     pub fn format(&self) -> KvFormat {
         match self.k.dtype() {
             DType::F16 => KvFormat::F16,
+            DType::U8 => KvFormat::Q8_0,
             _ => KvFormat::F32,
         }
+    }
+
+    /// Values a row of keys or values holds.
+    pub fn head_dim(&self) -> usize {
+        self.head_dim
     }
 
     pub fn len(&self) -> usize {
@@ -104,11 +179,23 @@ impl KvCache {
             return Err(Error::ContextOverflow { prompt_tokens: self.len + n, context: self.capacity(), reserve: 0 });
         }
         self.reserve(self.len + n)?;
-        let dtype = self.k.dtype();
-        self.k.slice_set(&k.to_dtype(dtype)?, 1, self.len)?;
-        self.v.slice_set(&v.to_dtype(dtype)?, 1, self.len)?;
+        self.k.slice_set(&self.stored(k)?, 1, self.len)?;
+        self.v.slice_set(&self.stored(v)?, 1, self.len)?;
         self.len += n;
         Ok(())
+    }
+
+    /// f32 rows `[n_kv_head, n, head_dim]` in the cache's format. Each row is rounded on its
+    /// own, so what a position stores never depends on the batch it came in.
+    fn stored(&self, rows: &Tensor) -> Result<Tensor> {
+        match self.format() {
+            KvFormat::Q8_0 => {
+                let (heads, n, _) = rows.dims3()?;
+                let bytes = quantize_q8_0(&rows.flatten_all()?.to_vec1::<f32>()?);
+                Ok(Tensor::from_vec(bytes, (heads, n, row_units(KvFormat::Q8_0, self.head_dim)), rows.device())?)
+            }
+            _ => Ok(rows.to_dtype(self.k.dtype())?),
+        }
     }
 
     /// Forget every position from `len` on. Growing is not possible: it would expose stale rows.
@@ -123,6 +210,7 @@ impl KvCache {
             let live = t.narrow(1, 0, self.len)?.flatten_all()?;
             Ok(match t.dtype() {
                 DType::F16 => Values::F16(live.to_vec1()?),
+                DType::U8 => Values::Q8_0(live.to_vec1()?),
                 _ => Values::F32(live.to_vec1()?),
             })
         };
@@ -131,15 +219,16 @@ impl KvCache {
 
     /// Hold exactly what `snapshot` held (positions past it are dead, as after a truncate).
     pub fn restore(&mut self, snapshot: &KvSnapshot) -> Result<()> {
-        let (heads, _, dim) = self.k.dims3()?;
-        let fits = snapshot.k.format() == self.format() && snapshot.k.len() == heads * snapshot.len * dim;
+        // `units`: a row's elements in the cache's tensors (bytes for q8_0).
+        let (heads, _, units) = self.k.dims3()?;
+        let fits = snapshot.k.format() == self.format() && snapshot.k.len() == heads * snapshot.len * units;
         if snapshot.len > self.limit || !fits {
             return Err(Error::InvalidSetting("a saved cache does not fit this model's".into()));
         }
         self.reserve(snapshot.len)?;
         if snapshot.len > 0 {
             let device = self.k.device().clone();
-            let shape = (heads, snapshot.len, dim);
+            let shape = (heads, snapshot.len, units);
             self.k.slice_set(&snapshot.k.tensor(shape, &device)?, 1, 0)?;
             self.v.slice_set(&snapshot.v.tensor(shape, &device)?, 1, 0)?;
         }
@@ -158,6 +247,8 @@ impl KvCache {
 enum Values {
     F32(Vec<f32>),
     F16(Vec<f16>),
+    /// q8_0 blocks, as bytes.
+    Q8_0(Vec<u8>),
 }
 
 impl Values {
@@ -165,13 +256,24 @@ impl Values {
         match self {
             Values::F32(_) => KvFormat::F32,
             Values::F16(_) => KvFormat::F16,
+            Values::Q8_0(_) => KvFormat::Q8_0,
         }
     }
 
+    /// Elements: floats, or q8_0's bytes.
     fn len(&self) -> usize {
         match self {
             Values::F32(v) => v.len(),
             Values::F16(v) => v.len(),
+            Values::Q8_0(v) => v.len(),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            Values::F32(v) => v.len() * 4,
+            Values::F16(v) => v.len() * 2,
+            Values::Q8_0(v) => v.len(),
         }
     }
 
@@ -179,6 +281,7 @@ impl Values {
         Ok(match self {
             Values::F32(v) => Tensor::from_slice(v, shape, device)?,
             Values::F16(v) => Tensor::from_slice(v, shape, device)?,
+            Values::Q8_0(v) => Tensor::from_slice(v, shape, device)?,
         })
     }
 
@@ -186,6 +289,7 @@ impl Values {
         match self {
             Values::F32(v) => write_f32s(out, v),
             Values::F16(v) => write_le(out, v, |x| x.to_bits().to_le_bytes()),
+            Values::Q8_0(v) => Ok(out.write_all(v)?),
         }
     }
 
@@ -193,7 +297,17 @@ impl Values {
         Ok(match format {
             KvFormat::F32 => Values::F32(read_f32s(input, count)?),
             KvFormat::F16 => Values::F16(read_le(input, count, |b: [u8; 2]| f16::from_bits(u16::from_le_bytes(b)))?),
+            KvFormat::Q8_0 => Values::Q8_0(read_le(input, count, |b: [u8; 1]| b[0])?),
         })
+    }
+}
+
+/// The byte that names a format in a saved snapshot.
+fn format_tag(format: KvFormat) -> u8 {
+    match format {
+        KvFormat::F32 => 0,
+        KvFormat::F16 => 1,
+        KvFormat::Q8_0 => 2,
     }
 }
 
@@ -215,30 +329,27 @@ impl KvSnapshot {
     }
 
     pub fn bytes(&self) -> usize {
-        (self.k.len() + self.v.len()) * self.k.format().bytes()
+        self.k.bytes() + self.v.bytes()
     }
 
     /// The snapshot as bytes: its format, its length, then keys and values, little-endian.
     pub fn write_to(&self, out: &mut dyn std::io::Write) -> Result<()> {
-        let tag: u8 = match self.k.format() {
-            KvFormat::F32 => 0,
-            KvFormat::F16 => 1,
-        };
-        out.write_all(&[tag])?;
+        out.write_all(&[format_tag(self.k.format())])?;
         out.write_all(&(self.len as u64).to_le_bytes())?;
         out.write_all(&(self.k.len() as u64).to_le_bytes())?;
         self.k.write_to(out)?;
         self.v.write_to(out)
     }
 
-    /// A snapshot [`Self::write_to`] wrote, of a cache in `format` with `row` values a position
-    /// and at most `limit` positions: anything else is refused before it is allocated.
+    /// A snapshot [`Self::write_to`] wrote, of a cache in `format` with `row` elements a
+    /// position ([`row_units`] of its heads) and at most `limit` positions: anything else is
+    /// refused before it is allocated.
     pub fn read_from(input: &mut dyn std::io::Read, format: KvFormat, row: usize, limit: usize) -> Result<Self> {
         let mut tag = [0u8];
         input.read_exact(&mut tag)?;
         let len = read_u64(input)? as usize;
         let values = read_u64(input)? as usize;
-        let same_format = tag[0] == u8::from(format == KvFormat::F16);
+        let same_format = tag[0] == format_tag(format);
         if !same_format || len > limit || Some(values) != len.checked_mul(row) {
             return Err(Error::InvalidSetting("a saved cache does not fit this model's".into()));
         }
@@ -337,6 +448,58 @@ mod tests {
         let mut fresh = KvCache::new(1, limit, 2, &Device::Cpu).unwrap();
         fresh.restore(&saved).unwrap();
         assert_eq!((fresh.len(), fresh.allocated()), (limit, limit), "a restore grows to what it brings back");
+    }
+
+    #[test]
+    fn both_q8_0_readers_give_the_same_bits() {
+        let values: Vec<f32> = (0..64 * 32).map(|i| ((i * 7919 % 2003) as f32 - 1001.0) * (1.0 + (i / 32) as f32)).collect();
+        let blocks = quantize_q8_0(&values);
+        let mut scalar = vec![0f32; values.len()];
+        for (block, out) in blocks.chunks_exact(Q8_0_BLOCK_BYTES).zip(scalar.chunks_exact_mut(Q8_0_BLOCK)) {
+            let scale = f16::from_le_bytes([block[0], block[1]]).to_f32();
+            for (o, &q) in out.iter_mut().zip(&block[2..]) {
+                *o = f32::from(q as i8) * scale;
+            }
+        }
+        let mut dispatched = vec![0f32; values.len()];
+        dequantize_q8_0(&blocks, &mut dispatched);
+        assert_eq!(scalar, dispatched);
+    }
+
+    #[test]
+    fn a_q8_0_cache_rounds_each_row_on_its_own_and_saves_and_restores_it_exactly() {
+        let (heads, d) = (2, 64);
+        let values: Vec<f32> = (0..heads * 3 * d).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
+        let rows = Tensor::from_vec(values.clone(), (heads, 3, d), &Device::Cpu).unwrap();
+        let mut batch = KvCache::with_format(heads, 8, d, KvFormat::Q8_0, &Device::Cpu).unwrap();
+        batch.append(&rows, &rows).unwrap();
+        let mut single = KvCache::with_format(heads, 8, d, KvFormat::Q8_0, &Device::Cpu).unwrap();
+        for p in 0..3 {
+            let row = rows.narrow(1, p, 1).unwrap().contiguous().unwrap();
+            single.append(&row, &row).unwrap();
+        }
+        let saved = batch.save().unwrap();
+        assert_eq!(saved.k, single.save().unwrap().k, "the same bytes whatever the batch");
+        assert_eq!(saved.bytes(), 2 * heads * 3 * 2 * Q8_0_BLOCK_BYTES, "34 bytes a block of 32");
+        let Values::Q8_0(bytes) = &saved.k else { panic!("q8_0 values") };
+        let mut back = vec![0f32; values.len()];
+        dequantize_q8_0(bytes, &mut back);
+        for (block, (got, want)) in back.chunks(32).zip(values.chunks(32)).enumerate() {
+            let largest = want.iter().fold(0f32, |m, x| m.max(x.abs()));
+            let worst = got.iter().zip(want).map(|(g, w)| (g - w).abs()).fold(0f32, f32::max);
+            assert!(worst <= largest / 127.0 * 0.51, "block {block}: off by {worst}");
+        }
+        let mut file = Vec::new();
+        saved.write_to(&mut file).unwrap();
+        let row = heads * row_units(KvFormat::Q8_0, d);
+        let read = KvSnapshot::read_from(&mut file.as_slice(), KvFormat::Q8_0, row, 8).unwrap();
+        let mut fresh = KvCache::with_format(heads, 8, d, KvFormat::Q8_0, &Device::Cpu).unwrap();
+        fresh.restore(&read).unwrap();
+        assert_eq!(fresh.save().unwrap().k, saved.k);
+        assert!(KvSnapshot::read_from(&mut file.as_slice(), KvFormat::F16, row, 8).is_err(), "another format");
+        let mut f16s = KvCache::with_format(heads, 8, d, KvFormat::F16, &Device::Cpu).unwrap();
+        assert!(f16s.restore(&read).is_err(), "an f16 cache refuses it");
+        assert!(KvCache::with_format(1, 8, 40, KvFormat::Q8_0, &Device::Cpu).is_err(), "heads not in blocks of 32");
     }
 
     #[test]

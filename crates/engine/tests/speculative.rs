@@ -130,6 +130,12 @@ fn greedy_speculative_equals_plain_with_f16_keys_and_values() {
 }
 
 #[test]
+fn greedy_speculative_equals_plain_with_q8_0_keys_and_values() {
+    // Each row is rounded on its own and read back the same way in a batch of k + 1 or alone.
+    greedy_identity_with(KvFormat::Q8_0, &[PROMPTS[1]], 32, &[KSetting::Fixed(4), KSetting::Auto { max: 8 }]);
+}
+
+#[test]
 #[ignore = "the long sweep: 10 prompts x 64 tokens x 3 k (about 15 minutes); run with --ignored"]
 fn greedy_speculative_equals_plain_on_every_prompt() {
     greedy_identity(&PROMPTS, 64, &ALL_KS);

@@ -32,7 +32,7 @@ pub use history::{Conversation, ConversationSummary, ExportFormat, ImportSummary
 pub use limits::*;
 pub use options::{
     Decoding, DrafterKind, GenerateOptions, Grammar, KSetting, KvFormat, Mode, Overflow, SamplingParams,
-    DEFAULT_KV_FORMAT,
+    DEFAULT_KV_FORMAT, Q8_0_BLOCK, Q8_0_BLOCK_BYTES,
 };
 pub use reasoning::{split_reasoning, split_tokens, Reasoning, ReasoningSplit, Released, THINK_CLOSE, THINK_OPEN};
 pub use remote::{Connection, ConnectionCheck, RemoteKind, RemoteTarget};

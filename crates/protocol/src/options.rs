@@ -280,14 +280,16 @@ impl std::str::FromStr for Overflow {
 }
 
 /// How the KV cache stores keys and values. f16 takes half the memory and half the reads a
-/// step at depth; f32 is the reference the exactness tests pin (a reply is exact relative to
-/// the target run with the same format).
+/// step at depth; q8_0 (llama.cpp's block format: 32 signed bytes and an f16 scale) takes
+/// about a quarter of f32's, at the cost of rounding each key and value; f32 is the reference
+/// the exactness tests pin (a reply is exact relative to the target run with the same format).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, Type)]
 #[serde(rename_all = "lowercase")]
 pub enum KvFormat {
     #[default]
     F32,
     F16,
+    Q8_0,
 }
 
 /// How the CLI, the server and the app store keys and values unless told otherwise
@@ -299,17 +301,23 @@ impl KvFormat {
         match self {
             KvFormat::F32 => "f32",
             KvFormat::F16 => "f16",
+            KvFormat::Q8_0 => "q8_0",
         }
     }
 
-    /// Bytes a value takes.
-    pub fn bytes(self) -> usize {
+    /// Bytes that `values` keys or values take (for q8_0, a multiple of its 32-value block).
+    pub fn bytes_for(self, values: usize) -> usize {
         match self {
-            KvFormat::F32 => 4,
-            KvFormat::F16 => 2,
+            KvFormat::F32 => values * 4,
+            KvFormat::F16 => values * 2,
+            KvFormat::Q8_0 => values.div_ceil(Q8_0_BLOCK) * Q8_0_BLOCK_BYTES,
         }
     }
 }
+
+/// Values in one q8_0 block, and the block's bytes: an f16 scale, then 32 signed bytes.
+pub const Q8_0_BLOCK: usize = 32;
+pub const Q8_0_BLOCK_BYTES: usize = 2 + Q8_0_BLOCK;
 
 impl std::str::FromStr for KvFormat {
     type Err = InvalidSetting;
@@ -317,7 +325,8 @@ impl std::str::FromStr for KvFormat {
         match s {
             "f32" => Ok(KvFormat::F32),
             "f16" => Ok(KvFormat::F16),
-            _ => invalid(format!("KV format `{s}`: expected f16 or f32")),
+            "q8_0" => Ok(KvFormat::Q8_0),
+            _ => invalid(format!("KV format `{s}`: expected f16, q8_0 or f32")),
         }
     }
 }

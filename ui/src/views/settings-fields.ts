@@ -139,6 +139,7 @@ export const FIELDS: readonly Field[] = [
     kind: 'select',
     options: [
       ['f16', 'f16 (half the memory)'],
+      ['q8_0', 'q8_0 (a quarter, rounded)'],
       ['f32', 'f32'],
     ],
     applies: 'load',

@@ -195,8 +195,8 @@ impl DecoderConfig {
     /// would not even fit in a `u64`.
     pub fn runtime_bytes(&self, capacity: usize, vocab: usize, ffn: usize, kv_format: KvFormat) -> Option<u64> {
         let f32s = |n: u64| n.checked_mul(4);
-        let kv = (self.n_layer as u64).checked_mul(2)?.checked_mul((self.n_kv_head * self.head_dim) as u64)?;
-        let kv_cache = kv.checked_mul(capacity as u64)?.checked_mul(kv_format.bytes() as u64)?;
+        let row = kv_format.bytes_for(self.n_kv_head * self.head_dim) as u64;
+        let kv_cache = (self.n_layer as u64).checked_mul(2)?.checked_mul(row)?.checked_mul(capacity as u64)?;
         let tables = 1 + u64::from(self.quirks.sliding_window.is_some());
         let rotary = f32s(tables.checked_mul(capacity as u64)?.checked_mul(self.head_dim as u64)?)?;
         // A prefill chunk holds a few activations of the widest layer at once, and a
@@ -548,8 +548,8 @@ impl CausalLm for Decoder {
         if read_u64(input)? != self.caches.len() as u64 {
             return Err(misfit());
         }
-        let row = self.config.n_kv_head * self.config.head_dim;
         let format = self.caches.first().map_or(KvFormat::F32, KvCache::format);
+        let row = self.config.n_kv_head * crate::kv_cache::row_units(format, self.config.head_dim);
         let layers = (0..self.caches.len())
             .map(|_| KvSnapshot::read_from(input, format, row, self.capacity()))
             .collect::<Result<Vec<_>>>()?;
