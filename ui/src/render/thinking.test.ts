@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { TokenEvent } from '../api/types';
-import { shownThinking, splitReply, ThinkingBlock, thinkingSummary } from './thinking';
+import { shownThinking, splitPart, splitReply, ThinkingBlock, thinkingSummary } from './thinking';
 
 const token = (text: string): TokenEvent => ({ id: 0, text, source: 'target' });
 
@@ -21,6 +21,20 @@ describe('thinking', () => {
     // The closing token carried the answer's first text, as Rust's split_tokens reads it.
     const spilling = ['<think>', 'Hm', '</think>\n\nSo', ' yes'].map(token);
     expect(splitReply(spilling, { tokens: 3, ended: true, ms: 1 }).answer.map((t) => t.text)).toEqual(['So', ' yes']);
+  });
+
+  it('splits each part of a tool reply at its own markers', () => {
+    const texts = (tokens: TokenEvent[]) => tokens.map((t) => t.text);
+    const round = splitPart(['\n', '<think>', 'Got 2.', '</think>', '\n\n', 'It is 2.'].map(token))!;
+    expect([texts(round.thinking).join(''), round.ended, texts(round.answer)]).toEqual(['\n<think>Got 2.</think>', true, ['It is 2.']]);
+    // Opened by the prompt; the closing token carried the answer's first text.
+    const opened = splitPart(['Hm', '</think>\n\nSo', ' yes'].map(token))!;
+    expect([texts(opened.thinking), texts(opened.answer)]).toEqual([['Hm', '</think>\n\nSo'], ['So', ' yes']]);
+    const cut = splitPart(['<think>', 'Still'].map(token))!;
+    expect([cut.ended, cut.answer]).toEqual([false, []]);
+    expect(splitPart(['It is 2.'].map(token))).toBeNull();
+    expect(splitPart(['Say <think>', 'x', '</think> literally'].map(token)), 'markers inside the answer').toBeNull();
+    expect(thinkingSummary({ tokens: 3, ended: true, ms: -1 }, false)).toBe('Thought');
   });
 
   it('folds a stored block under how long the model thought', () => {

@@ -53,12 +53,35 @@ export function splitReply(tokens: TokenEvent[], reasoning: Reasoning): { thinki
   return { thinking, answer: trimmedStart([...(spill ? [spill] : []), ...tokens.slice(n)]) };
 }
 
+/** One part of a reply that called tools (the text between two cards), split the way the
+ *  model wrote it: thinking first when the part opens with `<think>` (each round after a tool
+ *  result thinks again) or closes one its prompt opened, then the answer. Null: no thinking.
+ *  The stored reply's `reasoning` counts only one round's tokens, so the markers decide here. */
+export function splitPart(tokens: TokenEvent[]): { thinking: TokenEvent[]; ended: boolean; answer: TokenEvent[] } | null {
+  const raw = tokens.map((t) => t.text).join('');
+  const opens = raw.trimStart().startsWith(OPEN);
+  const close = raw.indexOf(CLOSE);
+  if (!opens && (close < 0 || raw.lastIndexOf(OPEN, close) >= 0)) return null;
+  if (close < 0) return { thinking: tokens, ended: false, answer: [] };
+  let n = tokens.length;
+  for (let i = 0, end = 0; i < tokens.length; i++) {
+    end += tokens[i].text.length;
+    if (end >= close + CLOSE.length) {
+      n = i + 1;
+      break;
+    }
+  }
+  const thinking = tokens.slice(0, n);
+  const spill = spilled(thinking);
+  return { thinking, ended: true, answer: trimmedStart([...(spill ? [spill] : []), ...tokens.slice(n)]) };
+}
+
 /** "Thought for 3.4 s"; "Thinking…" while it goes on; "Thought for 3.4 s, cut off" for a reply
- *  that ended while thinking. */
+ *  that ended while thinking; "Thought" when its time is not known (a round of a tool reply). */
 export function thinkingSummary(reasoning: Reasoning | null, live: boolean): string {
   if (!reasoning || (!reasoning.ended && live)) return 'Thinking…';
-  const secs = `${(reasoning.ms / 1000).toFixed(1)} s`;
-  return reasoning.ended ? `Thought for ${secs}` : `Thought for ${secs}, cut off before an answer`;
+  const secs = reasoning.ms >= 0 ? ` for ${(reasoning.ms / 1000).toFixed(1)} s` : '';
+  return reasoning.ended ? `Thought${secs}` : `Thought${secs}, cut off before an answer`;
 }
 
 /** The block: collapsed once the thinking is over, open while it streams. */

@@ -147,6 +147,24 @@ describe('the chat view', () => {
     expect(body.textContent).toContain('It is 2.');
   });
 
+  it('folds the thinking of each round of a stored reply that called tools', () => {
+    const { view } = chat();
+    const card = { id: 'call_0_add', server: 'arith', tool: 'add', arguments: { a: 1 }, at: 4, running: false, outcome: { kind: 'ran' as const, text: '2', is_error: false, cut_from: null, ms: 3 } };
+    const tokens = ['<think>', 'Add.', '</think>', '<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>', '<think>', 'It said 2.', '</think>', '\n\n', 'It is 2.'].map(token);
+    // The stats are the last round's: its thinking is three tokens of that round.
+    const called = reply(2, { tokens, tools: [card], stats: { ...stats, reasoning: { tokens: 3, ended: true, ms: 1500 } } });
+    view.show({ ...conversation, messages: [{ id: 1, role: 'user', content: 'Add' }, called] });
+    const body = document.querySelector('.message[data-id="2"] .body')!;
+    const blocks = [...body.querySelectorAll('details.thinking')];
+    expect(blocks.map((b) => [b.querySelector('summary')?.textContent, b.querySelector('.thinking-text')?.textContent])).toEqual([
+      ['Thought', 'Add.'],
+      ['Thought for 1.5 s', 'It said 2.'],
+    ]);
+    expect(blocks[1].previousElementSibling?.classList.contains('tool-card')).toBe(true);
+    expect(body.textContent).not.toContain('<think>');
+    expect(body.textContent).toContain('It is 2.');
+  });
+
   it('an empty chat says how to start; a reply without an end reads as interrupted', () => {
     const { view } = chat();
     view.show(null);

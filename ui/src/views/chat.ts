@@ -5,7 +5,7 @@
 import type { ChatMessage, Conversation, Trim } from '../api/types';
 import { renderMarkdown } from '../render/markdown';
 import { summarize, summarizeRemote } from '../render/speed';
-import { splitReply, ThinkingBlock } from '../render/thinking';
+import { splitPart, splitReply, ThinkingBlock } from '../render/thinking';
 import { renderTokens } from '../render/tokens';
 import { partsAtCards, toolCardElement } from '../render/tool-card';
 import { inlinedFileElement, splitAttachments } from '../render/attachments';
@@ -202,7 +202,17 @@ export class ChatView {
       // A reply that called tools: its text in parts, each call's card between them.
       const places = [...new Set(m.tools.map((c) => c.at))].sort((a, b) => a - b);
       body.replaceChildren();
-      partsAtCards(m.tokens, m.tools).forEach((part, i) => {
+      const parts = partsAtCards(m.tokens, m.tools);
+      parts.forEach((part, i) => {
+        // Each round may think again: its thinking folded above its text. Only the last
+        // round's time is known (the reply's stats are its last round's).
+        const split = splitPart(part);
+        if (split) {
+          const ms = i === parts.length - 1 && reasoning ? reasoning.ms : -1;
+          const round = { tokens: split.thinking.length, ended: split.ended, ms };
+          body.append(ThinkingBlock.stored(split.thinking, round).element);
+          part = split.answer;
+        }
         body.append(this.host.colours() ? renderTokens(part) : renderMarkdown(part.map((t) => t.text).join('')));
         for (const card of m.tools?.filter((c) => c.at === places[i]) ?? []) body.append(toolCardElement(card));
       });

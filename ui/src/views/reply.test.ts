@@ -141,4 +141,30 @@ describe('a streaming reply that calls a tool', () => {
     vi.advanceTimersByTime(400);
     expect(body.querySelector('.tool-card + .reply-part')?.textContent).toBe('It is 3.');
   });
+
+  it('folds the thinking of each round: a round after a tool result gets its own block', () => {
+    const { live } = reply();
+    live.onEvent({ kind: 'reasoning', reasoning: { tokens: 0, ended: false, ms: 0 } });
+    live.onEvent({ kind: 'tokens', tokens: [token('<think>'), token('Add them.'), token('</think>')] });
+    live.onEvent({ kind: 'reasoning', reasoning: { tokens: 3, ended: true, ms: 900 } });
+    live.onEvent({ kind: 'tokens', tokens: [token('\n'), token('<tool_call>{"name": "add"}</tool_call>')] });
+    const card = { id: 'call_0_add', server: 'arith', tool: 'add', arguments: { a: 1 }, at: 5, running: false };
+    live.onEvent({ kind: 'tool', card: { ...card, outcome: { kind: 'ran', text: '3', is_error: false, cut_from: null, ms: 5 } } });
+    // The next round thinks again.
+    live.onEvent({ kind: 'reasoning', reasoning: { tokens: 0, ended: false, ms: 0 } });
+    live.onEvent({ kind: 'tokens', tokens: [token('<think>'), token('It said 3.'), token('</think>')] });
+    const blocks = () => [...document.querySelectorAll<HTMLDetailsElement>('#messages .streaming details.thinking')];
+    expect(blocks().map((b) => b.open)).toEqual([false, true]);
+    live.onEvent({ kind: 'reasoning', reasoning: { tokens: 3, ended: true, ms: 400 } });
+    live.onEvent({ kind: 'tokens', tokens: [token('\n\n'), token('It is 3.')] });
+    live.onEvent({ kind: 'done', finish_reason: 'end_of_turn', text: '', stats: { ...stats, reasoning: { tokens: 3, ended: true, ms: 400 } } });
+    expect(blocks().map((b) => [b.open, b.querySelector('summary')?.textContent, b.querySelector('.thinking-text')?.textContent])).toEqual([
+      [false, 'Thought for 0.9 s', 'Add them.'],
+      [false, 'Thought for 0.4 s', 'It said 3.'],
+    ]);
+    const body = $('#messages .streaming .body');
+    expect(blocks()[1].previousElementSibling?.classList.contains('tool-card')).toBe(true);
+    expect(body.querySelector('.reply-part')?.textContent).toBe('It is 3.');
+    expect(body.textContent).not.toContain('<think>');
+  });
 });

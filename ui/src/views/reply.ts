@@ -29,10 +29,12 @@ export class LiveReply {
   private readonly body: HTMLElement;
   /** Where tokens are drawn: the reply's body, then, after each tool card, the part below it. */
   private stream: ReplyStream;
+  private part: HTMLElement;
   /** The tool calls' cards, by call id. */
   private readonly cards = new Map<string, HTMLElement>();
-  /** A reasoning model's thinking, once the engine says the reply thinks; tokens go there
-   *  while `thinking` is true. */
+  /** A reasoning model's thinking, once the engine says the reply thinks (each round after a
+   *  tool result may think again: a new block above its part); tokens go there while
+   *  `thinking` is true. */
   private block: ThinkingBlock | null = null;
   private thinking = false;
   /** Whether the answer has drawn any text (before it, whitespace after the thinking is not).
@@ -52,6 +54,7 @@ export class LiveReply {
     this.summary = live.summary;
     this.body = live.body;
     panel.begin(options.drafting, options.remote);
+    this.part = live.body;
     this.stream = this.streamInto(live.body);
   }
 
@@ -133,18 +136,20 @@ export class LiveReply {
       const part = this.body.ownerDocument.createElement('div');
       part.className = 'reply-part';
       this.body.append(element, part);
+      this.part = part;
+      this.answerBegun = true;
       this.stream = this.streamInto(part);
     }
     this.follow();
   }
 
-  /** The thinking opened (what came so far was thinking) or closed (what comes next is the
-   *  answer). */
+  /** The thinking opened (what came so far in this part was thinking) or closed (what comes
+   *  next is the answer). */
   private think(reasoning: Reasoning): void {
-    if (!this.block) {
+    if (!this.block || (!reasoning.ended && !this.thinking)) {
       this.block = new ThinkingBlock(this.body.ownerDocument);
       this.block.streaming();
-      this.body.before(this.block.element);
+      this.part.before(this.block.element);
       this.block.push(this.stream.takeAll());
       this.thinking = true;
     }
