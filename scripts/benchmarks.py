@@ -130,6 +130,14 @@ SECTIONS = {
         "weights repacked for its CPU kernels), and its q8_0 cache needs its flash attention. Ratios are Specula over "
         "llama.cpp with the same cache format.",
     ),
+    "tools.json": (
+        "Speculation across a tool turn: the answer after a tool result",
+        "scripts/bench-tools.py --rounds 2 --max-tokens 256   # specula generate --mcp-config (tests/mcp/files_server.py) "
+        "--allow-tools --json --mode greedy, --drafter auto against none, alternating",
+        "The Qwen2.5-Coder pair, greedy. The model reads a file through an MCP tool and answers from it; the figures "
+        "are of the answer's round, after the result (median of the rounds). Identical: the drafted answers are the "
+        "plain answer's tokens.",
+    ),
     "context-many.json": (
         "Many chats under the prompt cache's cap, and the first turn after a restart",
         "scripts/bench-context.py --many 50 --cache-ram 256 --out bench/context-many.json   # --restart-only: the restart alone, again",
@@ -395,6 +403,15 @@ def depth_table(data: dict) -> str:
     return f"Decoding at depth:\n\n{rate}\n\nPeak resident size:\n\n{memory}\n\nllama.cpp: {llama_build(data['llama_cpp'])}"
 
 
+def tools_table(data: dict) -> str:
+    rows = [[r["task"], str(r["answer_tokens"]), f"{r['plain_tokens_per_second']:.1f}", f"{r['auto_tokens_per_second']:.1f}",
+             f"{r['speedup']:.2f}x", f"{100 * r['acceptance_rate']:.0f}%", f"{r['tokens_per_pass']:.2f}",
+             "yes" if r["called"] else "no", "yes" if r["identical"] else "NO"] for r in data["rows"]]
+    header = ["task", "answer tokens", "plain tok/s", "auto tok/s", "auto / plain", "drafts accepted", "tokens a pass",
+              "tool called", "identical"]
+    return table(header, rows)
+
+
 def drafters_llama_table(data: dict) -> str:
     x = lambda v: f"{v:.2f}x"
     rows = [[kind, x(s["auto_vs_plain"]), x(s["min_auto_vs_plain"]), x(s["llama_plain_vs_plain"]), x(s["llama_ngram_mod_vs_plain"]),
@@ -449,6 +466,8 @@ def render_file(path: Path) -> str:
         body = many_table(data)
     elif data.get("kind") == "depth":
         body = depth_table(data)
+    elif data.get("kind") == "tools":
+        body = tools_table(data)
     elif data.get("kind") == "ceiling":
         body = ceiling_table(data)
     elif data.get("kind") == "imports":

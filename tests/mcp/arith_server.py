@@ -1,7 +1,8 @@
 """A real MCP server, written with the official Python SDK (PyPI `mcp`), for Specula's tests:
 `add` and `multiply`, over stdio (`arith_server.py stdio`) or Streamable HTTP
 (`arith_server.py http PORT [KEY]`, at /mcp; with KEY, a request without
-`Authorization: Bearer KEY` is refused with 401)."""
+`Authorization: Bearer KEY` is refused with 401), or the same over TLS
+(`arith_server.py https PORT KEY CERT_PEM KEY_PEM`; make_cert.py makes them)."""
 import sys
 
 from mcp.server.mcpserver import MCPServer
@@ -42,4 +43,5 @@ if __name__ == "__main__":
                 return
             await app(scope, receive, send)
 
-        uvicorn.run(guarded, host="127.0.0.1", port=port, log_level="warning")
+        tls = {"ssl_certfile": sys.argv[4], "ssl_keyfile": sys.argv[5]} if sys.argv[1] == "https" else {}
+        uvicorn.run(guarded, host="127.0.0.1", port=port, log_level="warning", **tls)

@@ -94,6 +94,21 @@ unsafe fn dequantize_q8_0_avx2(blocks: &[u8], values: &mut [f32]) {
     }
 }
 
+/// Whether keys and values of `head_dim` can be kept in `format` on `device`: a model is
+/// refused before its weights are loaded, not after.
+pub fn check_format(format: KvFormat, head_dim: usize, device: &Device) -> Result<()> {
+    if format == KvFormat::Q8_0 && !device.is_cpu() {
+        return Err(Error::InvalidSetting("the q8_0 KV format runs on the CPU only: choose f16 here".into()));
+    }
+    if format == KvFormat::Q8_0 && !head_dim.is_multiple_of(Q8_0_BLOCK) {
+        let why = format!(
+            "the q8_0 KV format needs heads of a multiple of 32 values, and this model's have {head_dim}: choose f16"
+        );
+        return Err(Error::InvalidSetting(why));
+    }
+    Ok(())
+}
+
 impl KvCache {
     /// An f32 cache (the reference format).
     pub fn new(n_kv_head: usize, limit: usize, head_dim: usize, device: &Device) -> Result<Self> {
@@ -107,13 +122,7 @@ impl KvCache {
         format: KvFormat,
         device: &Device,
     ) -> Result<Self> {
-        if format == KvFormat::Q8_0 && !device.is_cpu() {
-            return Err(Error::InvalidSetting("the q8_0 KV format runs on the CPU only: choose f16 here".into()));
-        }
-        if format == KvFormat::Q8_0 && !head_dim.is_multiple_of(Q8_0_BLOCK) {
-            let why = format!("the q8_0 KV format needs heads of a multiple of 32 values, and this model's have {head_dim}: choose f16");
-            return Err(Error::InvalidSetting(why));
-        }
+        check_format(format, head_dim, device)?;
         let shape = (n_kv_head, limit.min(FIRST_ALLOCATION), row_units(format, head_dim));
         let dtype = dtype_of(format);
         let (k, v) = (Tensor::zeros(shape, dtype, device)?, Tensor::zeros(shape, dtype, device)?);
@@ -158,17 +167,16 @@ impl KvCache {
         }
         let (heads, allocated, dim) = self.k.dims3()?;
         let grown = needed.max(allocated * 2).min(self.limit);
-        let device = self.k.device().clone();
-        let mut buffers = Vec::with_capacity(2);
-        for old in [&self.k, &self.v] {
-            let new = Tensor::zeros((heads, grown, dim), old.dtype(), &device)?;
+        let grow = |old: &Tensor| -> Result<Tensor> {
+            let new = Tensor::zeros((heads, grown, dim), old.dtype(), old.device())?;
             if self.len > 0 {
                 new.slice_set(&old.narrow(1, 0, self.len)?.contiguous()?, 1, 0)?;
             }
-            buffers.push(new);
-        }
-        self.v = buffers.pop().expect("two buffers");
-        self.k = buffers.pop().expect("two buffers");
+            Ok(new)
+        };
+        // Both grown before either is replaced: a failed allocation leaves the cache as it was.
+        let (k, v) = (grow(&self.k)?, grow(&self.v)?);
+        (self.k, self.v) = (k, v);
         Ok(())
     }
 

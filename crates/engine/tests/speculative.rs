@@ -131,6 +131,12 @@ fn greedy_speculative_equals_plain_with_f16_keys_and_values() {
 
 #[test]
 fn greedy_speculative_equals_plain_with_q8_0_keys_and_values() {
+    if !device().is_cpu() {
+        // q8_0 has CPU kernels only: elsewhere it is refused at load, with the reason.
+        let refused = LoadedModel::load_with(model(TARGET), &device(), 1024, KvFormat::Q8_0).err().unwrap();
+        assert!(refused.to_string().contains("CPU only"), "{refused}");
+        return;
+    }
     // Each row is rounded on its own and read back the same way in a batch of k + 1 or alone.
     greedy_identity_with(KvFormat::Q8_0, &[PROMPTS[1]], 32, &[KSetting::Fixed(4), KSetting::Auto { max: 8 }]);
 }

@@ -165,6 +165,19 @@ describe('the chat view', () => {
     expect(body.textContent).toContain('It is 2.');
   });
 
+  it('folds the last round of a stored tool reply that was cut off while thinking its prompt opened', () => {
+    const { view } = chat();
+    const card = { id: 'call_0_add', server: 'arith', tool: 'add', arguments: { a: 1 }, at: 1, running: false, outcome: { kind: 'ran' as const, text: '2', is_error: false, cut_from: null, ms: 3 } };
+    const tokens = ['<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>', 'So it is', ' two'].map(token);
+    const called = reply(2, { tokens, tools: [card], stats: { ...stats, reasoning: { tokens: 2, ended: false, ms: 800 } } });
+    view.show({ ...conversation, messages: [{ id: 1, role: 'user', content: 'Add' }, called] });
+    const body = document.querySelector('.message[data-id="2"] .body')!;
+    const block = body.querySelector('details.thinking')!;
+    expect(block.querySelector('summary')?.textContent).toBe('Thought for 0.8 s, cut off before an answer');
+    expect(block.querySelector('.thinking-text')?.textContent).toBe('So it is two');
+    expect(block.previousElementSibling?.classList.contains('tool-card')).toBe(true);
+  });
+
   it('an empty chat says how to start; a reply without an end reads as interrupted', () => {
     const { view } = chat();
     view.show(null);

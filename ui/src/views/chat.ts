@@ -206,9 +206,12 @@ export class ChatView {
       parts.forEach((part, i) => {
         // Each round may think again: its thinking folded above its text. Only the last
         // round's time is known (the reply's stats are its last round's).
-        const split = splitPart(part);
+        const last = i === parts.length - 1;
+        // A last round cut off while thinking that its prompt opened has no marker at all.
+        const cut = last && reasoning && !reasoning.ended ? { thinking: part, ended: false, answer: [] } : null;
+        const split = splitPart(part) ?? cut;
         if (split) {
-          const ms = i === parts.length - 1 && reasoning ? reasoning.ms : -1;
+          const ms = last && reasoning ? reasoning.ms : -1;
           const round = { tokens: split.thinking.length, ended: split.ended, ms };
           body.append(ThinkingBlock.stored(split.thinking, round).element);
           part = split.answer;

@@ -167,4 +167,19 @@ describe('a streaming reply that calls a tool', () => {
     expect(body.querySelector('.reply-part')?.textContent).toBe('It is 3.');
     expect(body.textContent).not.toContain('<think>');
   });
+
+  it('folds a later round whose thinking opens and closes in one event, and ends a round cut off while thinking at its card', () => {
+    const { live } = reply();
+    live.onEvent({ kind: 'reasoning', reasoning: { tokens: 0, ended: false, ms: 0 } });
+    live.onEvent({ kind: 'tokens', tokens: [token('<think>'), token('Call it. <tool_call>{"name": "add"}</tool_call>')] });
+    const card = { id: 'call_0_add', server: 'arith', tool: 'add', arguments: { a: 1 }, at: 2, running: false };
+    live.onEvent({ kind: 'tool', card });
+    live.onEvent({ kind: 'tokens', tokens: [token('<think>Short.</think>'), token('\n\nDone.')] });
+    live.onEvent({ kind: 'reasoning', reasoning: { tokens: 1, ended: true, ms: 100 } });
+    vi.advanceTimersByTime(400);
+    const blocks = [...document.querySelectorAll<HTMLDetailsElement>('#messages .streaming details.thinking')];
+    expect(blocks.map((b) => b.querySelector('summary')?.textContent)).toEqual(['Thinking stopped', 'Thought for 0.1 s']);
+    expect(blocks[1].querySelector('.thinking-text')?.textContent).toBe('Short.');
+    expect($('#messages .streaming .reply-part').textContent).toBe('Done.');
+  });
 });

@@ -36,6 +36,8 @@ export class LiveReply {
    *  tool result may think again: a new block above its part); tokens go there while
    *  `thinking` is true. */
   private block: ThinkingBlock | null = null;
+  /** The part `block` sits above: a part without one gets its own when its round thinks. */
+  private blockPart: HTMLElement | null = null;
   private thinking = false;
   /** Whether the answer has drawn any text (before it, whitespace after the thinking is not).
    *  True from the start for a reply that does not think. */
@@ -131,6 +133,11 @@ export class LiveReply {
     if (shown) {
       shown.replaceWith(element);
     } else {
+      if (this.thinking) {
+        // The round's call was read from its unclosed thinking: that thinking ends here.
+        this.block?.stop();
+        this.thinking = false;
+      }
       for (const token of withoutCallMarkup(this.stream.takeAll())) this.stream.push(token);
       this.stream.finish();
       const part = this.body.ownerDocument.createElement('div');
@@ -146,18 +153,20 @@ export class LiveReply {
   /** The thinking opened (what came so far in this part was thinking) or closed (what comes
    *  next is the answer). */
   private think(reasoning: Reasoning): void {
-    if (!this.block || (!reasoning.ended && !this.thinking)) {
+    if (this.blockPart !== this.part) {
       this.block = new ThinkingBlock(this.body.ownerDocument);
+      this.blockPart = this.part;
       this.block.streaming();
       this.part.before(this.block.element);
       this.block.push(this.stream.takeAll());
       this.thinking = true;
     }
-    if (reasoning.ended && this.thinking) {
-      this.block.end(reasoning);
+    const block = this.block;
+    if (reasoning.ended && this.thinking && block) {
+      block.end(reasoning);
       this.thinking = false;
       this.answerBegun = false;
-      const spill = this.block.spilled();
+      const spill = block.spilled();
       if (spill) this.answer(spill);
     }
   }

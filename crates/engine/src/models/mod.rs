@@ -190,6 +190,7 @@ pub fn load_model(
         _ => llama::config(gguf)?,
     };
     let (vocab, ffn) = config.check_shapes(gguf)?;
+    crate::kv_cache::check_format(kv_format, config.head_dim, device)?;
     let context = match context {
         AUTO_CONTEXT => auto_context(gguf, &config, (vocab, ffn, kv_format), device),
         asked => asked.min(config.trained_context).max(1),
