@@ -460,7 +460,8 @@ mod tests {
 
     #[test]
     fn both_q8_0_readers_give_the_same_bits() {
-        let values: Vec<f32> = (0..64 * 32).map(|i| ((i * 7919 % 2003) as f32 - 1001.0) * (1.0 + (i / 32) as f32)).collect();
+        let values: Vec<f32> =
+            (0..64 * 32).map(|i| ((i * 7919 % 2003) as f32 - 1001.0) * (1.0 + (i / 32) as f32)).collect();
         let blocks = quantize_q8_0(&values);
         let mut scalar = vec![0f32; values.len()];
         for (block, out) in blocks.chunks_exact(Q8_0_BLOCK_BYTES).zip(scalar.chunks_exact_mut(Q8_0_BLOCK)) {

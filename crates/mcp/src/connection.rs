@@ -98,7 +98,7 @@ impl Connection {
         let seconds = limits.connect.as_secs();
         match tokio::time::timeout(limits.connect, handshake).await {
             Ok(Ok(service)) => Ok(Self { service, faults }),
-            Ok(Err(e)) => Err(explained(&faults, format!("the MCP handshake failed: {}", without_type_names(&e)))),
+            Ok(Err(e)) => Err(explained(&faults, format!("the MCP handshake failed: {}", with_hint(with_causes(&e))))),
             Err(_) => Err(explained(&faults, format!("no answer to the MCP handshake within {seconds} s"))),
         }
     }
@@ -181,7 +181,7 @@ impl Connection {
         self.service.is_closed() || self.service.peer().is_transport_closed()
     }
 
-    async fn bounded<T, E: std::fmt::Display>(
+    async fn bounded<T, E: std::error::Error + 'static>(
         &self,
         limit: Duration,
         what: &str,
@@ -193,7 +193,7 @@ impl Connection {
             // SDK's own words for it ("Transport closed") add nothing then.
             Ok(Err(e)) => Err(match self.faults.as_ref().and_then(Faults::explain) {
                 Some(fault) => format!("{what} failed: {fault}"),
-                None => format!("{what} failed: {}", without_type_names(&e)),
+                None => format!("{what} failed: {}", with_causes(&e)),
             }),
             Err(_) => Err(explained(&self.faults, format!("no answer to {what} within {} s", limit.as_secs()))),
         }
@@ -227,6 +227,42 @@ fn http_transport(
         custom.insert(header, value);
     }
     Ok(StreamableHttpClientTransport::from_config(config.custom_headers(custom)))
+}
+
+/// The error with what caused it, each cause its text once: an HTTP client says only "error
+/// sending request" where the cause is an untrusted certificate or a refused connection.
+fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = without_type_names(error);
+    let mut cause = cause_of(error);
+    while let Some(inner) = cause {
+        let said = without_type_names(inner);
+        if !said.is_empty() && !text.contains(&said) {
+            text = format!("{text}: {said}");
+        }
+        cause = cause_of(inner);
+    }
+    text
+}
+
+/// A handshake's failure, with what a person can do about the usual one.
+fn with_hint(why: String) -> String {
+    match why.contains("UnknownIssuer") {
+        true => format!("{why} (a server with a private certificate authority: set SSL_CERT_FILE to its certificate)"),
+        false => why,
+    }
+}
+
+/// What caused `error`: its source, or where the SDK keeps a cause without naming it as its
+/// source (the transport's error in a failed handshake, the HTTP client's in the transport's).
+fn cause_of<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a (dyn std::error::Error + 'static)> {
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
+    if let Some(rmcp::service::ClientInitializeError::TransportError { error, .. }) = error.downcast_ref() {
+        return Some(error);
+    }
+    if let Some(StreamableHttpError::Client(client)) = error.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
+        return Some(client);
+    }
+    error.source()
 }
 
 /// The SDK's error without the Rust type names it writes into it (`Transport [rmcp::...]`),

@@ -547,10 +547,11 @@ skipped: string[] }
 export type JsonValue = null | boolean | number | string | JsonValue[] | Partial<{ [key in string]: JsonValue }>
 /**
  * How the KV cache stores keys and values. f16 takes half the memory and half the reads a
- * step at depth; f32 is the reference the exactness tests pin (a reply is exact relative to
- * the target run with the same format).
+ * step at depth; q8_0 (llama.cpp's block format: 32 signed bytes and an f16 scale) takes
+ * about a quarter of f32's, at the cost of rounding each key and value; f32 is the reference
+ * the exactness tests pin (a reply is exact relative to the target run with the same format).
  */
-export type KvFormat = "f32" | "f16"
+export type KvFormat = "f32" | "f16" | "q8_0"
 export type McpServer = { name: string; 
 /**
  * How it is reached (the command, or the URL without its query), never a key.
