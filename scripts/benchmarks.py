@@ -406,9 +406,10 @@ def depth_table(data: dict) -> str:
 def tools_table(data: dict) -> str:
     rows = [[r["task"], str(r["answer_tokens"]), f"{r['plain_tokens_per_second']:.1f}", f"{r['auto_tokens_per_second']:.1f}",
              f"{r['speedup']:.2f}x", f"{100 * r['acceptance_rate']:.0f}%", f"{r['tokens_per_pass']:.2f}",
-             "yes" if r["called"] else "no", "yes" if r["identical"] else "NO"] for r in data["rows"]]
+             "yes" if r["called"] else "no", "yes" if r.get("answered") else "no (called again)",
+             "yes" if r["identical"] else "NO"] for r in data["rows"]]
     header = ["task", "answer tokens", "plain tok/s", "auto tok/s", "auto / plain", "drafts accepted", "tokens a pass",
-              "tool called", "identical"]
+              "tool called", "answered from the result", "identical"]
     return table(header, rows)
 
 

@@ -139,7 +139,7 @@ export const FIELDS: readonly Field[] = [
     kind: 'select',
     options: [
       ['f16', 'f16 (half the memory)'],
-      ['q8_0', 'q8_0 (a quarter, rounded)'],
+      ['q8_0', 'q8_0 (about a quarter; CPU only)'],
       ['f32', 'f32'],
     ],
     applies: 'load',
