@@ -138,6 +138,14 @@ SECTIONS = {
         "are of the answer's round, after the result (median of the rounds). Identical: the drafted answers are the "
         "plain answer's tokens.",
     ),
+    "depth-q8.json": (
+        "Long contexts with q8_0 keys and values: Specula's and llama.cpp's, beside f16, in one run",
+        "scripts/bench-depth.py --depths 4096,8192 --tg 32 --out bench/depth-q8.json   # the same runs as the section "
+        "above, with --kv q8_0 and llama-bench -ctk q8_0 -ctv q8_0 -fa 1 added",
+        "As above. q8_0 stores llama.cpp's blocks (an f16 scale and 32 signed bytes: 17 KiB a position of the 1.5B "
+        "target against f16's 28 KiB); a reply is exact relative to the target run with the same format. The 16,384 "
+        "row of this run is not measured yet: on this AVX2 host each of its five runs takes about 12 minutes.",
+    ),
     "context-many.json": (
         "Many chats under the prompt cache's cap, and the first turn after a restart",
         "scripts/bench-context.py --many 50 --cache-ram 256 --out bench/context-many.json   # --restart-only: the restart alone, again",

@@ -81,6 +81,7 @@ const HAND_WRITTEN = `
   <label>Keys and values
     <select name="kv_format">
       <option value="f16">f16 (half the memory)</option>
+      <option value="q8_0">q8_0 (about a quarter; CPU only)</option>
       <option value="f32">f32</option>
     </select>
   </label>
