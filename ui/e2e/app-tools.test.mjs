@@ -231,7 +231,11 @@ test('hostile servers: never answers, hangs, answers 100 MB, writes garbage, lis
   });
   const { value: status } = await invoke('import_mcp_servers', { text: config });
   assert.ok(status.servers.some((s) => s.name === 'garbage'));
-  const listed = await waitForTools(['hang__echo', 'huge__echo', 'garbage__echo']);
+  // Servers answer in any order, and a name clash goes to the later one (`echo` or `hang__echo`):
+  // each server's own list says what its tool is called.
+  const listed = await waitForServers(['hang', 'huge', 'garbage']);
+  const { value: named } = await invoke('mcp_status');
+  const toolOf = (server) => named.servers.find((s) => s.name === server).tools[0].name;
   // A server that never answers is listed with why; one that lists 10,000 tools is cut to 64.
   const { value: servers } = await invoke('mcp_status');
   const silent = servers.servers.find((s) => s.name === 'silent');
@@ -244,9 +248,9 @@ test('hostile servers: never answers, hangs, answers 100 MB, writes garbage, lis
   writeFileSync(join(ARTIFACTS, 'app-tools-hostile-dialog.png'), await wd.screenshot());
   await wd.click('#tools-close');
   const cases = [
-    ['hang__echo', /no answer to the call within 3 s/i],
-    ['huge__echo', /a message over 16 MiB/i],
-    ['garbage__echo', /not JSON-RPC: `\{this is not json-rpc`/],
+    [toolOf('hang'), /no answer to the call within 3 s/i],
+    [toolOf('huge'), /a message over 16 MiB/i],
+    [toolOf('garbage'), /not JSON-RPC: `\{this is not json-rpc`/],
   ];
   for (const [tool, reason] of cases) {
     // Only this tool is offered, so the model calls it.
@@ -264,13 +268,13 @@ test('hostile servers: never answers, hangs, answers 100 MB, writes garbage, lis
   writeFileSync(join(ARTIFACTS, 'app-tool-hostile.png'), await wd.screenshot());
 });
 
-/** Every offered tool name, once `names` are all listed (servers start in the background). */
-async function waitForTools(names) {
+/** Every offered tool name, once `servers` have all listed theirs (they start in the background). */
+async function waitForServers(servers) {
   for (let i = 0; i < 600; i++) {
     const { value: status } = await invoke('mcp_status');
-    const tools = status.servers.flatMap((s) => s.tools.map((t) => t.name));
-    if (!status.starting && names.every((n) => tools.includes(n))) return tools;
+    const ready = servers.every((name) => status.servers.some((s) => s.name === name && s.tools.length > 0));
+    if (!status.starting && ready) return status.servers.flatMap((s) => s.tools.map((t) => t.name));
     await new Promise((r) => setTimeout(r, 200));
   }
-  throw new Error(`the tools ${names} were not listed`);
+  throw new Error(`the servers ${servers} did not list their tools`);
 }
