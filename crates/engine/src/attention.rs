@@ -190,9 +190,8 @@ impl RowExactAttention {
 /// The first `len` of each head's `capacity` rows of `d`, as f32: `[heads, len, d]`.
 fn widened<T: Rows>(rows: &[T], heads: usize, capacity: usize, len: usize, d: usize) -> Vec<f32> {
     let mut out = vec![0f32; heads * len * d];
-    let mut buf = Vec::new();
     for (head, dst) in out.chunks_exact_mut(len * d).enumerate() {
-        dst.copy_from_slice(T::rows_f32(&rows[head * capacity * T::units(d)..], 0, len, d, &mut buf));
+        T::widen_into(&rows[head * capacity * T::units(d)..], 0, len, d, dst);
     }
     out
 }
@@ -207,11 +206,25 @@ pub trait Rows: Copy + Send + Sync + 'static {
         d
     }
 
-    /// `count` rows of `d` from row `from` of `rows`, as f32: a view, or widened into `buf`.
-    fn rows_f32<'a>(rows: &'a [Self], from: usize, count: usize, d: usize, buf: &'a mut Vec<f32>) -> &'a [f32];
+    /// `count` rows of `d` from row `from` of `rows`, as f32 into `dst` (`count * d` long).
+    fn widen_into(rows: &[Self], from: usize, count: usize, d: usize, dst: &mut [f32]);
+
+    /// `count` rows of `d` from row `from` of `rows`, as f32: widened into `buf` (f32 rows
+    /// are a view instead).
+    #[inline(always)]
+    fn rows_f32<'a>(rows: &'a [Self], from: usize, count: usize, d: usize, buf: &'a mut Vec<f32>) -> &'a [f32] {
+        buf.resize(count * d, 0.0);
+        Self::widen_into(rows, from, count, d, buf);
+        &buf[..]
+    }
 }
 
 impl Rows for f32 {
+    #[inline(always)]
+    fn widen_into(rows: &[Self], from: usize, count: usize, d: usize, dst: &mut [f32]) {
+        dst.copy_from_slice(&rows[from * d..][..count * d]);
+    }
+
     #[inline(always)]
     fn rows_f32<'a>(rows: &'a [Self], from: usize, count: usize, d: usize, _: &'a mut Vec<f32>) -> &'a [f32] {
         &rows[from * d..][..count * d]
@@ -240,23 +253,19 @@ impl Rows for Q8_0 {
     }
 
     #[inline(always)]
-    fn rows_f32<'a>(rows: &'a [Self], from: usize, count: usize, d: usize, buf: &'a mut Vec<f32>) -> &'a [f32] {
+    fn widen_into(rows: &[Self], from: usize, count: usize, d: usize, dst: &mut [f32]) {
         let blocks = &rows[from * Self::units(d)..][..count * Self::units(d)];
         // SAFETY: blocks are byte arrays laid end to end, so a run of them is a run of bytes.
         let bytes = unsafe { std::slice::from_raw_parts(blocks.as_ptr().cast::<u8>(), std::mem::size_of_val(blocks)) };
-        buf.resize(count * d, 0.0);
-        crate::kv_cache::dequantize_q8_0(bytes, buf);
-        &buf[..]
+        crate::kv_cache::dequantize_q8_0(bytes, dst);
     }
 }
 
 impl Rows for half::f16 {
     #[inline(always)]
-    fn rows_f32<'a>(rows: &'a [Self], from: usize, count: usize, d: usize, buf: &'a mut Vec<f32>) -> &'a [f32] {
+    fn widen_into(rows: &[Self], from: usize, count: usize, d: usize, dst: &mut [f32]) {
         use half::slice::HalfFloatSliceExt;
-        buf.resize(count * d, 0.0);
-        rows[from * d..][..count * d].convert_to_f32_slice(buf);
-        &buf[..]
+        rows[from * d..][..count * d].convert_to_f32_slice(dst);
     }
 }
 
