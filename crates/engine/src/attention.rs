@@ -144,41 +144,48 @@ impl RowExactAttention {
         let row = T::units(head_dim);
         let mut out = vec![0f32; n * n_head * head_dim];
         let out_ptr = out.as_mut_ptr() as usize;
-        // An item is one query position, one kv head and a run of the query heads that share
-        // it: the kv head's cached keys and values are read once for the run, not once per
-        // query head (at 1,500 positions a kv head's are 1.5 MB, past a core's L2, and six
-        // query heads each read them again). Runs are only shortened to give every thread an
-        // item; a head's arithmetic is the same in any run, so no bit depends on the split.
+        // An item is a block of query positions, one kv head and a run of the query heads that
+        // share it: the kv head's cached keys and values are read once for the block and the
+        // run, not once per position and query head (at 1,500 positions a kv head's are 1.5 MB,
+        // past a core's L2). Runs are only shortened to give every thread an item; a head's
+        // arithmetic is the same in any block and run, so no bit depends on the split.
         let threads = crate::kernels::pool_threads();
-        let runs = threads.div_ceil(n * n_kv_head).clamp(1, group);
+        let blocks = n.div_ceil(QUERY_BLOCK);
+        let runs = threads.div_ceil(blocks * n_kv_head).clamp(1, group);
         let run_len = group.div_ceil(runs);
         let runs = group.div_ceil(run_len);
         let attend = |items: std::ops::Range<usize>| {
-            let mut scores = Vec::new();
+            let mut scratch = Scratch::default();
             for idx in items {
-                let (i, rest) = (idx / (n_kv_head * runs), idx % (n_kv_head * runs));
+                let (block, rest) = (idx / (n_kv_head * runs), idx % (n_kv_head * runs));
                 let (kv_head, run) = (rest / runs, rest % runs);
                 let first = kv_head * group + run * run_len;
                 let count = run_len.min((kv_head + 1) * group - first);
-                let p = self.pos + i;
-                let start = window_start(p, self.window);
-                let len = p + 1 - start;
-                let heads = QueryHeads { q: &q[(first * n + i) * head_dim..], stride: n * head_dim, count };
-                let keys = &k[(kv_head * capacity + start) * row..][..len * row];
-                let values = &v[(kv_head * capacity + start) * row..][..len * row];
-                // SAFETY: the heads `first .. first + count` of query `i` are this item's alone,
-                // contiguous in the output `[n, n_head, head_dim]`.
-                let dst = unsafe {
-                    let at = (out_ptr as *mut f32).add((i * n_head + first) * head_dim);
-                    std::slice::from_raw_parts_mut(at, count * head_dim)
-                };
-                scores.resize(count * len, 0.0);
-                attend_heads(&Attend { heads, keys, values, scale }, &mut scores, dst);
+                let positions = block * QUERY_BLOCK..n.min((block + 1) * QUERY_BLOCK);
+                let mut queries: Vec<Query> = positions
+                    .map(|i| {
+                        let p = self.pos + i;
+                        let start = window_start(p, self.window);
+                        let heads = QueryHeads { q: &q[(first * n + i) * head_dim..], stride: n * head_dim, count };
+                        // SAFETY: the heads `first .. first + count` of query `i` are this item's
+                        // alone, contiguous in the output `[n, n_head, head_dim]`.
+                        let out = unsafe {
+                            let at = (out_ptr as *mut f32).add((i * n_head + first) * head_dim);
+                            std::slice::from_raw_parts_mut(at, count * head_dim)
+                        };
+                        Query { heads, start, end: p + 1, out }
+                    })
+                    .collect();
+                // The block's last position sees the furthest.
+                let end = queries.last().map_or(0, |query| query.end);
+                let keys = &k[kv_head * capacity * row..][..end * row];
+                let values = &v[kv_head * capacity * row..][..end * row];
+                attend_block(&Cached { keys, values, scale, d: head_dim }, &mut queries, &mut scratch);
             }
         };
         // On the matmuls' pool (whose worker is spinning between them; rayon's sleeping
         // threads had to be woken three times a layer), unless the work is too small to share.
-        let items = n * n_kv_head * runs;
+        let items = blocks * n_kv_head * runs;
         match n * n_head * self.kv_len * head_dim >= PARALLEL_WORK {
             true => crate::kernels::parallel_items(items, 1, attend),
             false => attend(0..items),
@@ -269,13 +276,36 @@ impl Rows for half::f16 {
     }
 }
 
-/// One item's work: query heads over a kv head's cached keys and values (`len × d` each).
+/// Query positions an item attends for together. Each cached key and value row is read from
+/// memory once for the block instead of once per position: in a prefill at depth that reading,
+/// not the arithmetic, set attention's pace. Sixteen positions' heads and outputs (6 heads of
+/// 128 floats each: 48 KB) stay in the L2 while the rows stream past.
+const QUERY_BLOCK: usize = 16;
+
+/// One kv head's cached keys and values (rows `0 .. end` of the block's last query, as `T`).
 #[derive(Clone, Copy)]
-struct Attend<'a, T> {
-    heads: QueryHeads<'a>,
+struct Cached<'a, T> {
     keys: &'a [T],
     values: &'a [T],
     scale: f32,
+    d: usize,
+}
+
+/// A query position of a block: its heads that share the kv head, the cached positions
+/// `start .. end` it sees, and where its heads' outputs go (`heads.count × d`).
+struct Query<'a> {
+    heads: QueryHeads<'a>,
+    start: usize,
+    end: usize,
+    out: &'a mut [f32],
+}
+
+impl Query<'_> {
+    /// The part of `from .. to` this query sees, if any.
+    fn overlap(&self, from: usize, to: usize) -> Option<(usize, usize)> {
+        let (from, to) = (from.max(self.start), to.min(self.end));
+        (from < to).then_some((from, to))
+    }
 }
 
 /// `count` query heads of one position that share a kv head: head `g` at `q[g * stride..]`.
@@ -293,63 +323,200 @@ impl QueryHeads<'_> {
     }
 }
 
+/// A thread's buffers, kept from item to item: the block's scores (see `softmax_numerators`),
+/// each lane's maximum and then 1 / its sum, rows widened from the cache.
+#[derive(Default)]
+struct Scratch {
+    scores: Vec<f32>,
+    inverse_sums: Vec<f32>,
+    widened: Vec<f32>,
+    padded: Vec<f32>,
+}
+
 /// Multiply-adds from which attention is split over threads: the target's decoding from about
 /// 170 cached positions on (below, a split's hand-over costs about what it saves).
 const PARALLEL_WORK: usize = 1 << 18;
 
-/// Each query head over the cached positions: softmax(q·k / sqrt(d)) · v, head `g` into
-/// `dst[g * d..]`; `scores` holds `count × len`. Each key and value row is loaded once for all
-/// the heads. With FMA (checked once per process) the same arithmetic in fused multiply-adds
-/// on AVX2 registers; a process keeps one path, so a row's result still never depends on its
-/// batch.
-fn attend_heads<T: Rows>(job: &Attend<T>, scores: &mut [f32], dst: &mut [f32]) {
+/// Each query head of the block over the cached positions it sees: softmax(q·k / sqrt(d)) · v
+/// into its `out`. Each key and value row is loaded once for all the block's heads. With FMA
+/// (checked once per process) the same arithmetic in fused multiply-adds on AVX2 registers; a
+/// process keeps one path, and a score, a softmax and a weighted sum each run in position order
+/// whatever the block, so a row's result never depends on its batch.
+fn attend_block<T: Rows>(cached: &Cached<T>, queries: &mut [Query], scratch: &mut Scratch) {
     #[cfg(target_arch = "x86_64")]
     if crate::lanes::has_avx2_fma() {
         // SAFETY: the CPU has AVX2 and FMA (checked above).
-        return unsafe { attend_heads_fma(job, scores, dst) };
+        return unsafe { attend_block_fma(cached, queries, scratch) };
     }
-    attend_heads_with::<false, T>(job, scores, dst)
+    attend_block_with::<false, T>(cached, queries, scratch)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn attend_heads_fma<T: Rows>(job: &Attend<T>, scores: &mut [f32], dst: &mut [f32]) {
-    attend_heads_with::<true, T>(job, scores, dst)
+unsafe fn attend_block_fma<T: Rows>(cached: &Cached<T>, queries: &mut [Query], scratch: &mut Scratch) {
+    attend_block_with::<true, T>(cached, queries, scratch)
 }
 
 #[inline(always)]
-fn attend_heads_with<const FMA: bool, T: Rows>(job: &Attend<T>, scores: &mut [f32], dst: &mut [f32]) {
-    let Attend { heads, keys, values, scale } = *job;
-    let d = dst.len() / heads.count;
-    let len = keys.len() / T::units(d);
+fn attend_block_with<const FMA: bool, T: Rows>(cached: &Cached<T>, queries: &mut [Query], scratch: &mut Scratch) {
     // Plain loops, no closures: a closure is compiled without the caller's target features,
     // and `mul_add` there becomes a call to libm's `fmaf`.
-    score_keys::<FMA, T>(&heads, keys, d, scale, scores);
-    let mut inverse_sums = vec![0f32; heads.count];
-    for (row, inverse) in scores.chunks_exact_mut(len).zip(&mut inverse_sums) {
-        // e^x correctly rounded but for a few in a million (with the 2-ulp `lanes::exp` the
-        // greedy golden replies moved), summed in order in f32 (in f64 lanes they moved too).
-        let max = crate::lanes::max_of(row);
-        for s in row.iter_mut() {
+    let (from, to) = span(queries);
+    let lanes = queries.len() * queries[0].heads.count;
+    scratch.scores.resize((to - from) * lanes, 0.0);
+    score_keys::<FMA, T>(cached, queries, scratch);
+    softmax_numerators::<FMA>(&mut scratch.scores, lanes, &mut scratch.inverse_sums);
+    weigh_values::<FMA, T>(cached, queries, scratch);
+    let mut inverses = scratch.inverse_sums.iter();
+    for query in queries.iter_mut() {
+        for (out, inverse) in query.out.chunks_exact_mut(cached.d).zip(&mut inverses) {
+            for o in out.iter_mut() {
+                *o *= inverse;
+            }
+        }
+    }
+}
+
+/// The cached positions some query of the block sees.
+fn span(queries: &[Query]) -> (usize, usize) {
+    let from = queries.iter().map(|query| query.start).min().unwrap_or(0);
+    (from, queries.iter().map(|query| query.end).max().unwrap_or(0))
+}
+
+/// Scores are laid out by position: row `j - from` holds every query head's score of key `j`
+/// (a lane per query head, query by query), so a tile of positions' weights sits together
+/// in L1 beside the tile of values, and the softmax runs down the lanes side by side. A lane's
+/// positions that its query does not see hold -inf: left out of its maximum, they weigh +0,
+/// which leaves its sum as it was, and the values skip them.
+///
+/// Each lane's numerators e^(s - max) in place, and 1 / their sum in `inverse_sums`: e^x
+/// correctly rounded but for a few in a million (with the 2-ulp `lanes::exp` the greedy golden
+/// replies moved), summed in position order in f32 (in f64 they moved too).
+#[inline(always)]
+fn softmax_numerators<const FMA: bool>(scores: &mut [f32], lanes: usize, inverse_sums: &mut Vec<f32>) {
+    inverse_sums.clear();
+    inverse_sums.resize(lanes, f32::NEG_INFINITY);
+    for row in scores.chunks_exact(lanes) {
+        for (max, &s) in inverse_sums.iter_mut().zip(row) {
+            *max = if s > *max { s } else { *max };
+        }
+    }
+    for row in scores.chunks_exact_mut(lanes) {
+        for (s, &max) in row.iter_mut().zip(inverse_sums.iter()) {
             *s = crate::lanes::exp_rounded::<FMA>(*s - max);
         }
-        *inverse = 1.0 / row.iter().sum::<f32>();
     }
-    dst.fill(0.0);
-    // Tiles of value rows that stay in L1 while each head's weighted sum runs over them, in
-    // strips of STRIP floats held in registers: the sum is in position order either way.
-    let mut widened = Vec::new();
-    for t in 0..len.div_ceil(TILE) {
-        let tile = T::rows_f32(values, t * TILE, TILE.min(len - t * TILE), d, &mut widened);
-        for (g, out) in dst.chunks_exact_mut(d).enumerate() {
-            let weights = &scores[g * len + t * TILE..][..tile.len() / d];
-            for (s, strip) in out.chunks_mut(STRIP).enumerate() {
-                match strip.len() == STRIP {
-                    true => accumulate_strip::<FMA>(strip.try_into().unwrap(), weights, tile, s * STRIP, d),
-                    false => {
-                        for (&w, row) in weights.iter().zip(tile.chunks_exact(d)) {
-                            for (o, &x) in strip.iter_mut().zip(&row[s * STRIP..]) {
-                                *o = crate::lanes::multiply_add::<FMA>(w, x, *o);
+    inverse_sums.fill(0.0);
+    for row in scores.chunks_exact(lanes) {
+        for (sum, &s) in inverse_sums.iter_mut().zip(row) {
+            *sum += s;
+        }
+    }
+    for sum in inverse_sums.iter_mut() {
+        *sum = 1.0 / *sum;
+    }
+}
+
+/// Each query head's score of each key it sees, `q_g · k_j · scale`, into its lane of
+/// `scratch.scores`, and -inf where its query does not see the key; each key row is loaded
+/// once for all the block's heads.
+#[inline(always)]
+fn score_keys<const FMA: bool, T: Rows>(cached: &Cached<T>, queries: &[Query], scratch: &mut Scratch) {
+    let Cached { keys, scale, d, .. } = *cached;
+    let (from, to) = span(queries);
+    let Scratch { scores, widened, padded, .. } = scratch;
+    let heads = queries[0].heads.count;
+    let lanes = queries.len() * heads;
+    for (q, query) in queries.iter().enumerate() {
+        for j in (from..query.start).chain(query.end..to) {
+            scores[(j - from) * lanes + q * heads..][..heads].fill(f32::NEG_INFINITY);
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if FMA && d.is_multiple_of(8) {
+        // Eight keys at a time: eight independent chains of fused multiply-adds, summed
+        // across in one transposing tree. A lane's sum depends on its own key alone, so any
+        // eight keys give it the same bits; the last few go through the same code padded with
+        // zero rows.
+        for first in (from..to).step_by(8) {
+            let count = 8.min(to - first);
+            let rows = T::rows_f32(keys, first, count, d, widened);
+            let rows = match count == 8 {
+                true => rows,
+                false => {
+                    padded.resize(8 * d, 0.0);
+                    padded[..rows.len()].copy_from_slice(rows);
+                    padded[rows.len()..].fill(0.0);
+                    &padded[..]
+                }
+            };
+            for (q, query) in queries.iter().enumerate() {
+                let Some((a, b)) = query.overlap(first, first + count) else { continue };
+                let mut store = |g: usize, eight: [f32; 8]| {
+                    for j in a..b {
+                        scores[(j - from) * lanes + q * heads + g] = eight[j - first] * scale;
+                    }
+                };
+                // Two heads at a time share each key load; an odd last head goes alone.
+                for g in (0..heads - heads % 2).step_by(2) {
+                    // SAFETY: `FMA` is true only on the path `has_avx2_fma` chose; `rows`
+                    // holds eight rows of `d`.
+                    let [x, y] = unsafe { dot8x2_fma(query.heads.head(g, d), query.heads.head(g + 1, d), rows) };
+                    store(g, x);
+                    store(g + 1, y);
+                }
+                if heads % 2 == 1 {
+                    // SAFETY: as above.
+                    store(heads - 1, unsafe { dot8_fma(query.heads.head(heads - 1, d), rows) });
+                }
+            }
+        }
+        return;
+    }
+    for j in from..to {
+        let key = T::rows_f32(keys, j, 1, d, widened);
+        for (q, query) in queries.iter().enumerate() {
+            if query.overlap(j, j + 1).is_some() {
+                for g in 0..heads {
+                    scores[(j - from) * lanes + q * heads + g] = dot::<FMA>(query.heads.head(g, d), key) * scale;
+                }
+            }
+        }
+    }
+}
+
+/// Each query head's output: the sum of the value rows it sees, each times its weight (the
+/// softmax's numerator in `scratch.scores`), in position order. A tile of value rows and its
+/// rows of weights stay in L1 while every head of the block runs over them, in strips of
+/// STRIP floats held in registers.
+#[inline(always)]
+fn weigh_values<const FMA: bool, T: Rows>(cached: &Cached<T>, queries: &mut [Query], scratch: &mut Scratch) {
+    let Cached { values, d, .. } = *cached;
+    let (from, to) = span(queries);
+    let Scratch { scores, widened, .. } = scratch;
+    let heads = queries[0].heads.count;
+    let lanes = queries.len() * heads;
+    for query in queries.iter_mut() {
+        query.out.fill(0.0);
+    }
+    for first in (from..to).step_by(TILE) {
+        let count = TILE.min(to - first);
+        let tile = T::rows_f32(values, first, count, d, widened);
+        for (q, query) in queries.iter_mut().enumerate() {
+            let Some((a, b)) = query.overlap(first, first + count) else { continue };
+            let rows = &tile[(a - first) * d..(b - first) * d];
+            for (g, out) in query.out.chunks_exact_mut(d).enumerate() {
+                // Lane `q * heads + g` of the rows `a .. b`.
+                let weights =
+                    Strided { values: &scores[(a - from) * lanes + q * heads + g..], stride: lanes, len: b - a };
+                for (s, strip) in out.chunks_mut(STRIP).enumerate() {
+                    match strip.len() == STRIP {
+                        true => accumulate_strip::<FMA>(strip.try_into().unwrap(), weights, rows, s * STRIP, d),
+                        false => {
+                            for (i, row) in rows.chunks_exact(d).enumerate() {
+                                for (o, &x) in strip.iter_mut().zip(&row[s * STRIP..]) {
+                                    *o = crate::lanes::multiply_add::<FMA>(weights.at(i), x, *o);
+                                }
                             }
                         }
                     }
@@ -357,52 +524,66 @@ fn attend_heads_with<const FMA: bool, T: Rows>(job: &Attend<T>, scores: &mut [f3
             }
         }
     }
-    for (out, inverse) in dst.chunks_exact_mut(d).zip(inverse_sums) {
-        for o in out.iter_mut() {
-            *o *= inverse;
-        }
+}
+
+/// `len` values `stride` apart: a lane of the scores.
+#[derive(Clone, Copy)]
+struct Strided<'a> {
+    values: &'a [f32],
+    stride: usize,
+    len: usize,
+}
+
+impl Strided<'_> {
+    #[inline(always)]
+    fn at(&self, i: usize) -> f32 {
+        self.values[i * self.stride]
     }
 }
 
-/// `scores[g * len + j] = q_g · k_j · scale`, each key row loaded once for all the heads.
-#[inline(always)]
-fn score_keys<const FMA: bool, T: Rows>(heads: &QueryHeads, keys: &[T], d: usize, scale: f32, scores: &mut [f32]) {
-    let len = keys.len() / T::units(d);
-    let mut widened = Vec::new();
-    #[cfg(target_arch = "x86_64")]
-    if FMA && d.is_multiple_of(8) {
-        // Eight keys at a time: eight independent chains of fused multiply-adds, summed
-        // across in one transposing tree. The last few keys go through the same code padded
-        // with zero rows, so every key's score has the same arithmetic.
-        let mut padded = Vec::new();
-        for block in 0..len.div_ceil(8) {
-            let rows = T::rows_f32(keys, 8 * block, 8.min(len - 8 * block), d, &mut widened);
-            let rows = match rows.len() == 8 * d {
-                true => rows,
-                false => {
-                    padded.resize(8 * d, 0.0);
-                    padded[..rows.len()].copy_from_slice(rows);
-                    &padded[..]
-                }
-            };
-            let count = (rows.len() / d).min(len - 8 * block);
-            for g in 0..heads.count {
-                // SAFETY: `FMA` is true only on the path `has_avx2_fma` chose; `rows` holds
-                // eight rows of `d`.
-                let eight = unsafe { dot8_fma(heads.head(g, d), rows) };
-                for (score, dot) in scores[g * len + 8 * block..][..count].iter_mut().zip(eight) {
-                    *score = dot * scale;
-                }
-            }
-        }
-        return;
-    }
-    for j in 0..len {
-        let key = T::rows_f32(keys, j, 1, d, &mut widened);
-        for g in 0..heads.count {
-            scores[g * len + j] = dot::<FMA>(heads.head(g, d), key) * scale;
+/// `dot8_fma` for two query heads at once, four rows at a time, each row's load shared by both
+/// heads: the same chains and the same tree per row, so the same bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot8x2_fma(q0: &[f32], q1: &[f32], rows: &[f32]) -> [[f32; 8]; 2] {
+    let d = q0.len();
+    assert!(q1.len() == d && rows.len() >= 8 * d);
+    let ([a0, a1], [b0, b1]) = (dot4x2_fma(q0, q1, rows), dot4x2_fma(q0, q1, &rows[4 * d..]));
+    let join = |x: [f32; 4], y: [f32; 4]| std::array::from_fn(|i| if i < 4 { x[i] } else { y[i - 4] });
+    [join(a0, b0), join(a1, b1)]
+}
+
+/// The dot products of `q0` and of `q1` with the four rows of `rows` (`4 × d`, d a multiple of 8).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline(never)]
+unsafe fn dot4x2_fma(q0: &[f32], q1: &[f32], rows: &[f32]) -> [[f32; 4]; 2] {
+    use std::arch::x86_64::*;
+    let d = q0.len();
+    assert!(q1.len() == d && rows.len() >= 4 * d && d.is_multiple_of(8));
+    let (p0, p1, pk) = (q0.as_ptr(), q1.as_ptr(), rows.as_ptr());
+    let (mut x, mut y) = ([_mm256_setzero_ps(); 4], [_mm256_setzero_ps(); 4]);
+    for c in (0..d).step_by(8) {
+        let (u, v) = (_mm256_loadu_ps(p0.add(c)), _mm256_loadu_ps(p1.add(c)));
+        for r in 0..4 {
+            let k = _mm256_loadu_ps(pk.add(r * d + c));
+            x[r] = _mm256_fmadd_ps(u, k, x[r]);
+            y[r] = _mm256_fmadd_ps(v, k, y[r]);
         }
     }
+    [sum4_fma(x), sum4_fma(y)]
+}
+
+/// Lane r: the eight lanes of `acc[r]` added as `dot8_fma` adds them, ((0+1)+(2+3))+((4+5)+(6+7)).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn sum4_fma(acc: [std::arch::x86_64::__m256; 4]) -> [f32; 4] {
+    use std::arch::x86_64::*;
+    let t = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+    let sum = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps::<1>(t));
+    let mut out = [0f32; 4];
+    _mm_storeu_ps(out.as_mut_ptr(), sum);
+    out
 }
 
 /// The dot products of `q` with the eight rows of `rows` (`8 × q.len()`, a multiple of 8).
@@ -438,10 +619,11 @@ const STRIP: usize = 64;
 
 /// `acc += Σ weights[j] · rows[j][offset..offset + STRIP]`, j in order.
 #[inline(always)]
-fn accumulate_strip<const FMA: bool>(acc: &mut [f32; STRIP], weights: &[f32], rows: &[f32], offset: usize, d: usize) {
+fn accumulate_strip<const FMA: bool>(acc: &mut [f32; STRIP], weights: Strided, rows: &[f32], offset: usize, d: usize) {
     let mut sum = *acc;
-    for (&w, row) in weights.iter().zip(rows.chunks_exact(d)) {
-        let x: &[f32; STRIP] = row[offset..offset + STRIP].try_into().expect("a strip inside the row");
+    for (i, row) in rows.chunks_exact(d).take(weights.len).enumerate() {
+        let (w, x): (f32, &[f32; STRIP]) =
+            (weights.at(i), row[offset..offset + STRIP].try_into().expect("a strip inside the row"));
         for l in 0..STRIP {
             sum[l] = crate::lanes::multiply_add::<FMA>(w, x[l], sum[l]);
         }
@@ -503,6 +685,7 @@ unsafe fn dot_fma(a: &[f32], b: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kv_cache::KvFormat;
     use candle_core::Device;
 
     fn random(shape: (usize, usize, usize), seed: u64) -> Tensor {
@@ -658,8 +841,10 @@ mod tests {
             let (q, keys, values) = (flat((6, 1, d), 21), flat((1, len, d), 22), flat((1, len, d), 23));
             let run = |first: usize, count: usize| {
                 let heads = QueryHeads { q: &q[first * d..], stride: d, count };
-                let (mut scores, mut out) = (vec![0.0; count * len], vec![0.0; count * d]);
-                attend_heads(&Attend { heads, keys: &keys, values: &values, scale: 0.1 }, &mut scores, &mut out);
+                let mut out = vec![0.0; count * d];
+                let cached = Cached { keys: &keys[..], values: &values[..], scale: 0.1, d };
+                let mut queries = [Query { heads, start: 0, end: len, out: &mut out }];
+                attend_block(&cached, &mut queries, &mut Scratch::default());
                 out
             };
             let together = run(0, 6);
@@ -667,6 +852,45 @@ mod tests {
                 assert_eq!(run(head, 1), together[head * d..][..d], "d {d}, {len} positions, head {head}");
             }
             assert_eq!(run(3, 3), together[3 * d..], "d {d}: a run of the last three");
+        }
+    }
+
+    #[test]
+    fn a_row_is_the_same_alone_or_in_blocks_of_a_long_batch_with_or_without_a_window() {
+        // Forty rows: three blocks of queries, the last one short; keys in groups of eight and
+        // value tiles that start at different places for different rows.
+        for (d, window, format) in [
+            (64, None, KvFormat::F16),
+            (64, Some(13), KvFormat::F32),
+            (12, Some(20), KvFormat::F32),
+            (64, None, KvFormat::Q8_0),
+        ] {
+            let (len, n) = (75, 40);
+            let (k, v) = (random((2, len, d), 61), random((2, len, d), 62));
+            let fill = |rows: usize| {
+                let mut cache = KvCache::with_format(2, len, d, format, &Device::Cpu).unwrap();
+                let part = |t: &Tensor| t.narrow(1, 0, rows).unwrap().contiguous().unwrap();
+                cache.append(&part(&k), &part(&v)).unwrap();
+                cache
+            };
+            let q = random((6, n, d), 63);
+            let pos = len - n;
+            let batched: Vec<Vec<f32>> = causal_attention(&q, &fill(len), pos, window).unwrap().to_vec2().unwrap();
+            for (i, expected) in batched.iter().enumerate() {
+                let qi = q.narrow(1, i, 1).unwrap();
+                let row: Vec<Vec<f32>> =
+                    causal_attention(&qi, &fill(pos + i + 1), pos + i, window).unwrap().to_vec2().unwrap();
+                assert_eq!(&row[0], expected, "d {d}, window {window:?}, {format:?}: row {i}");
+            }
+            if format == KvFormat::F32 {
+                let full = fill(len);
+                let (k, v) = full.buffers();
+                let theirs: Vec<Vec<f32>> =
+                    tensor_attention(&q, k, v, pos, len, window.unwrap_or(usize::MAX)).unwrap().to_vec2().unwrap();
+                for (a, b) in batched.iter().flatten().zip(theirs.iter().flatten()) {
+                    assert!((a - b).abs() < 1e-5, "d {d}, window {window:?}: {a} vs {b}");
+                }
+            }
         }
     }
 
