@@ -408,7 +408,14 @@ def depth_table(data: dict) -> str:
 
     rate = part("tokens_per_second", "tok/s", lambda v: f"{v:.1f}")
     memory = part("peak_rss_mib", "MiB", lambda v: f"{v:,.0f}")
-    return f"Decoding at depth:\n\n{rate}\n\nPeak resident size:\n\n{memory}\n\nllama.cpp: {llama_build(data['llama_cpp'])}"
+    text = f"Decoding at depth:\n\n{rate}\n\nPeak resident size:\n\n{memory}"
+    if all("wall_s" in r["engines"][k] for r in data["rows"] for k in engines):
+        rows = [[f"{r['depth']:,}"] + [f"{r['engines'][k]['wall_s'] / 60:.1f}" for k in engines] for r in data["rows"]]
+        text += "\n\nWall minutes of a run (loading, reading the depth's tokens, then the 32):\n\n"
+        text += table(["depth"] + [f"{k} min" for k in engines], rows)
+    if formats:
+        text += f"\n\nllama.cpp: {llama_build(data['llama_cpp'])}"
+    return text
 
 
 def tools_table(data: dict) -> str:
