@@ -146,6 +146,13 @@ SECTIONS = {
         "target against f16's 28 KiB); a reply is exact relative to the target run with the same format. The 16,384 "
         "row of this run is not measured yet: on this AVX2 host each of its five runs takes about 12 minutes.",
     ),
+    "depth-32k.json": (
+        "Long contexts at 32k: memory with the whole context filled, per format of keys and values",
+        "scripts/bench-depth.py --depths 32735 --tg 32 --engines \"specula f16,specula q8_0,specula f32\" --out bench/depth-32k.json",
+        "As above, Specula alone: 32,735 tokens read, then 32 generated, which fills the model's trained context "
+        "(32,768). llama.cpp's runs at this depth take more than an hour each on two cores and are not in this run; "
+        "at 16,384 its f16 cache took 1.58x the resident size of Specula's (the first section above).",
+    ),
     "context-many.json": (
         "Many chats under the prompt cache's cap, and the first turn after a restart",
         "scripts/bench-context.py --many 50 --cache-ram 256 --out bench/context-many.json   # --restart-only: the restart alone, again",
@@ -396,23 +403,30 @@ def many_table(data: dict) -> str:
 
 def depth_table(data: dict) -> str:
     order = ["specula f16", "specula q8_0", "specula f32", "llama.cpp f16", "llama.cpp q8_0"]
-    engines = [k for k in order if k in data["rows"][0]["engines"]]
-    formats = [f for f in ("f16", "q8_0") if f"ratio_{f}" in data["rows"][0]]
+    engines = [k for k in order if any(k in r["engines"] for r in data["rows"])]
+    formats = [f for f in ("f16", "q8_0") if any(f"ratio_{f}" in r for r in data["rows"])]
+    # A row measured later, with only some engines, shows "—" for the others (its note says when).
+    rows_of = lambda: [(f"{r['depth']:,}" + (" *" if r.get("note") else ""), r) for r in data["rows"]]
 
     def part(metric, unit, cell):
         ratio = {"tokens_per_second": "tokens_per_second", "peak_rss_mib": "peak_rss"}[metric]
-        rows = [[f"{r['depth']:,}"] + [cell(r["engines"][k][metric]) for k in engines]
-                + [f"{r[f'ratio_{f}'][ratio]:.2f}" for f in formats] for r in data["rows"]]
+        rows = [[depth] + [cell(r["engines"][k][metric]) if k in r["engines"] else "—" for k in engines]
+                + [f"{r[f'ratio_{f}'][ratio]:.2f}" if f"ratio_{f}" in r else "—" for f in formats]
+                for depth, r in rows_of()]
         header = ["depth"] + [f"{k} {unit}" for k in engines] + [f"Specula / llama.cpp, {f}" for f in formats]
         return table(header, rows)
 
     rate = part("tokens_per_second", "tok/s", lambda v: f"{v:.1f}")
     memory = part("peak_rss_mib", "MiB", lambda v: f"{v:,.0f}")
     text = f"Decoding at depth:\n\n{rate}\n\nPeak resident size:\n\n{memory}"
-    if all("wall_s" in r["engines"][k] for r in data["rows"] for k in engines):
-        rows = [[f"{r['depth']:,}"] + [f"{r['engines'][k]['wall_s'] / 60:.1f}" for k in engines] for r in data["rows"]]
+    if all("wall_s" in e for r in data["rows"] for e in r["engines"].values()):
+        rows = [[depth] + [f"{r['engines'][k]['wall_s'] / 60:.1f}" if k in r["engines"] else "—" for k in engines]
+                for depth, r in rows_of()]
         text += "\n\nWall minutes of a run (loading, reading the depth's tokens, then the 32):\n\n"
         text += table(["depth"] + [f"{k} min" for k in engines], rows)
+    notes = [f"\\* {r['depth']:,}: {r['note']}" for _, r in rows_of() if r.get("note")]
+    if notes:
+        text += "\n\n" + "\n".join(notes)
     if formats:
         text += f"\n\nllama.cpp: {llama_build(data['llama_cpp'])}"
     return text

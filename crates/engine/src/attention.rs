@@ -1,8 +1,9 @@
 //! Causal attention of new queries over a [`KvCache`].
 //!
-//! On the CPU a custom op computes each query row on its own, in a fixed order, so a row's
-//! output is the same whether it is verified in a batch of k+1 or decoded alone (see
-//! `quant.rs` for why that matters). It also reads the cache in place, with grouped-query
+//! On the CPU a custom op gives each query row its own arithmetic in a fixed order (rows are
+//! worked on in blocks, but no row's sums mix with another's), so a row's output is the same
+//! whether it is verified in a batch of k+1 or decoded alone (see `quant.rs` for why that
+//! matters). It also reads the cache in place, with grouped-query
 //! heads mapped by index instead of materialised copies. Other devices use candle's ops.
 
 use crate::error::Result;
@@ -278,8 +279,8 @@ impl Rows for half::f16 {
 
 /// Query positions an item attends for together. Each cached key and value row is read from
 /// memory once for the block instead of once per position: in a prefill at depth that reading,
-/// not the arithmetic, set attention's pace. Sixteen positions' heads and outputs (6 heads of
-/// 128 floats each: 48 KB) stay in the L2 while the rows stream past.
+/// not the arithmetic, set attention's pace. Sixteen positions' query heads and outputs (6 heads
+/// of 128 floats each: 96 KB) stay in the L2 while the rows stream past.
 const QUERY_BLOCK: usize = 16;
 
 /// One kv head's cached keys and values (rows `0 .. end` of the block's last query, as `T`).
@@ -359,8 +360,9 @@ unsafe fn attend_block_fma<T: Rows>(cached: &Cached<T>, queries: &mut [Query], s
 
 #[inline(always)]
 fn attend_block_with<const FMA: bool, T: Rows>(cached: &Cached<T>, queries: &mut [Query], scratch: &mut Scratch) {
-    // Plain loops, no closures: a closure is compiled without the caller's target features,
-    // and `mul_add` there becomes a call to libm's `fmaf`.
+    // No `mul_add` in closures: a closure is compiled without the caller's target features,
+    // and `mul_add` there becomes a call to libm's `fmaf` (the closures below only multiply
+    // or copy).
     let (from, to) = span(queries);
     let lanes = queries.len() * queries[0].heads.count;
     scratch.scores.resize((to - from) * lanes, 0.0);
