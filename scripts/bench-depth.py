@@ -72,8 +72,10 @@ def main():
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument("--out", default=str(ROOT / "bench/depth.json"))
     args = parser.parse_args()
-    bin_dir = Path(subprocess.run([ROOT / "scripts/llama-cpp.sh"], capture_output=True, text=True, check=True)
-                   .stdout.strip().splitlines()[-1])
+    engines = args.engines.split(",")
+    # Building llama.cpp takes minutes: only when a row runs it.
+    bin_dir = (Path(subprocess.run([ROOT / "scripts/llama-cpp.sh"], capture_output=True, text=True, check=True)
+                    .stdout.strip().splitlines()[-1]) if any(e.startswith("llama.cpp") for e in engines) else None)
     rows = []
     for i, depth in enumerate(int(d) for d in args.depths.split(",")):
         runs = [("specula f16", lambda: specula(args.cli, depth, args.tg, "f16")),
@@ -81,7 +83,7 @@ def main():
                 ("specula f32", lambda: specula(args.cli, depth, args.tg, "f32")),
                 ("llama.cpp f16", lambda: llama(bin_dir, depth, args.tg)),
                 ("llama.cpp q8_0", lambda: llama(bin_dir, depth, args.tg, "q8_0"))]
-        runs = [(name, fn) for name, fn in runs if name in args.engines.split(",")]
+        runs = [(name, fn) for name, fn in runs if name in engines]
         got = {}
         row = {"depth": depth, "tg": args.tg, "engines": got}
         for name, fn in (runs if i % 2 == 0 else runs[::-1]):
@@ -99,8 +101,10 @@ def main():
 
 
 def write(out, bin_dir, rows):
-    data = {"kind": "depth", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "cpu": vs_llama.cpu(),
-            "llama_cpp": json.loads((bin_dir / "build-info.json").read_text()), "rows": rows}
+    data = {"kind": "depth", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "cpu": vs_llama.cpu()}
+    if bin_dir:
+        data["llama_cpp"] = json.loads((bin_dir / "build-info.json").read_text())
+    data["rows"] = rows
     Path(out).write_text(json.dumps(data, indent=1) + "\n")
 
 

@@ -144,14 +144,15 @@ SECTIONS = {
         "above, with --kv q8_0 and llama-bench -ctk q8_0 -ctv q8_0 -fa 1 added",
         "As above. q8_0 stores llama.cpp's blocks (an f16 scale and 32 signed bytes: 17 KiB a position of the 1.5B "
         "target against f16's 28 KiB); a reply is exact relative to the target run with the same format. The 16,384 "
-        "row of this run is not measured yet: on this AVX2 host each of its five runs takes about 12 minutes.",
+        "row is q8_0 alone, run later on another host (its note): each of a 16k row's five runs takes 10-12 minutes "
+        "on two cores. --engines \"specula q8_0\" --depths 16384 repeats it.",
     ),
     "depth-32k.json": (
         "Long contexts at 32k: memory with the whole context filled, per format of keys and values",
         "scripts/bench-depth.py --depths 32735 --tg 32 --engines \"specula f16,specula q8_0\" --out bench/depth-32k.json",
         "As above, Specula alone: 32,735 tokens read, then 32 generated, which fills the model's trained context "
-        "(32,768). Each run took over half an hour on this host, most of it the prefill; f32 (about the same time "
-        "again) is not in this run, nor llama.cpp, whose runs at this depth take more than an hour each on two cores. "
+        "(32,768). Each run took over half an hour, most of it the prefill; f32 was run later on another host (its "
+        "note). llama.cpp is not in this run: its runs at this depth take more than an hour each on two cores. "
         "At 16,384 llama.cpp's f16 cache took 2,706 MiB, more than Specula's f16 with twice the tokens here.",
     ),
     "context-many.json": (
