@@ -14,7 +14,7 @@ scripts/llama-cpp.sh. --engines picks some of the five (a 32k row of all five ta
 two cores).
 
     scripts/bench-depth.py [--depths 4096,8192,16384] [--tg 32] [--engines "specula f16,..."]
-                           [--out bench/depth.json]
+                           [--out bench/depth.json] [--append "why this row came later"]
 """
 import argparse
 import importlib.util
@@ -71,11 +71,14 @@ def main():
     parser.add_argument("--tg", type=int, default=32)
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument("--out", default=str(ROOT / "bench/depth.json"))
+    parser.add_argument("--append", metavar="NOTE",
+                        help="add the rows to --out's, each with this note and its own CPU (a row measured later)")
     args = parser.parse_args()
     engines = args.engines.split(",")
     # Building llama.cpp takes minutes: only when a row runs it.
     bin_dir = (Path(subprocess.run([ROOT / "scripts/llama-cpp.sh"], capture_output=True, text=True, check=True)
                     .stdout.strip().splitlines()[-1]) if any(e.startswith("llama.cpp") for e in engines) else None)
+    kept = json.loads(Path(args.out).read_text())["rows"] if args.append else []
     rows = []
     for i, depth in enumerate(int(d) for d in args.depths.split(",")):
         runs = [("specula f16", lambda: specula(args.cli, depth, args.tg, "f16")),
@@ -88,7 +91,7 @@ def main():
         row = {"depth": depth, "tg": args.tg, "engines": got}
         for name, fn in (runs if i % 2 == 0 else runs[::-1]):
             got[name] = fn()
-            write(args.out, bin_dir, rows + [row])  # a long row is kept run by run
+            write(args.out, bin_dir, kept, rows + [row], args.append)  # a long row is kept run by run
         for kv in ("f16", "q8_0"):
             ours, theirs = got.get(f"specula {kv}"), got.get(f"llama.cpp {kv}")
             if ours and theirs:
@@ -97,14 +100,21 @@ def main():
                     "peak_rss": round(ours["peak_rss_mib"] / theirs["peak_rss_mib"], 3)}
         print(json.dumps(row), flush=True)
         rows.append(row)
-    write(args.out, bin_dir, rows)
+    write(args.out, bin_dir, kept, rows, args.append)
 
 
-def write(out, bin_dir, rows):
-    data = {"kind": "depth", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "cpu": vs_llama.cpu()}
-    if bin_dir:
-        data["llama_cpp"] = json.loads((bin_dir / "build-info.json").read_text())
-    data["rows"] = rows
+def write(out, bin_dir, kept, rows, note=None):
+    """The file: fresh, or with `note` the one read at the start (its date, CPU and build) plus the new rows,
+    each marked with the note and the CPU it ran on, in depth order."""
+    if note:
+        data = json.loads(Path(out).read_text())
+        rows = [{**row, "note": note, "cpu": vs_llama.cpu()} for row in rows]
+        data["rows"] = sorted(kept + rows, key=lambda r: r["depth"])
+    else:
+        data = {"kind": "depth", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "cpu": vs_llama.cpu(), "rows": rows}
+        if bin_dir:
+            data["llama_cpp"] = json.loads((bin_dir / "build-info.json").read_text())
     Path(out).write_text(json.dumps(data, indent=1) + "\n")
 
 

@@ -145,14 +145,14 @@ SECTIONS = {
         "As above. q8_0 stores llama.cpp's blocks (an f16 scale and 32 signed bytes: 17 KiB a position of the 1.5B "
         "target against f16's 28 KiB); a reply is exact relative to the target run with the same format. The 16,384 "
         "row is q8_0 alone, run later on another host (its note): each of a 16k row's five runs takes 10-12 minutes "
-        "on two cores. --engines \"specula q8_0\" --depths 16384 repeats it.",
+        "on two cores. It was added with --depths 16384 --engines \"specula q8_0\" --append NOTE.",
     ),
     "depth-32k.json": (
         "Long contexts at 32k: memory with the whole context filled, per format of keys and values",
         "scripts/bench-depth.py --depths 32735 --tg 32 --engines \"specula f16,specula q8_0\" --out bench/depth-32k.json",
         "As above, Specula alone: 32,735 tokens read, then 32 generated, which fills the model's trained context "
-        "(32,768). Each run took over half an hour, most of it the prefill; f32 was run later on another host (its "
-        "note). llama.cpp is not in this run: its runs at this depth take more than an hour each on two cores. "
+        "(32,768). The f16 and q8_0 runs took over half an hour each, most of it the prefill; f32 was added later "
+        "from another host (its note) with --engines \"specula f32\" --append NOTE. llama.cpp is not in this run: its runs at this depth take more than an hour each on two cores. "
         "At 16,384 llama.cpp's f16 cache took 2,706 MiB, more than Specula's f16 with twice the tokens here.",
     ),
     "context-many.json": (
