@@ -337,6 +337,11 @@ pub fn serve(args: ServeArgs) -> CliResult {
             return Err(format!("{}: no built web UI there (build it with `npm run build` in ui/)", dir.display()));
         }
     }
+    if let Some(dir) = &args.cache_dir {
+        // Refused before the model loads: a folder others control could feed the model forged
+        // caches or read the cached prompts.
+        specula_engine::decode::disk_cache::prepare_folder(dir).map_err(|e| e.to_string())?;
+    }
     let access = access(&args)?;
     let session = open_session(&args.model)?;
     let model_id = args.model.model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();

@@ -44,6 +44,7 @@ fn files(dir: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .flatten()
+        .filter(|entry| entry.file_type().unwrap().is_dir()) // the sealing key sits beside the folders
         .flat_map(|model| std::fs::read_dir(model.path()).unwrap().flatten().map(|f| f.path()))
         .collect();
     files.sort();
@@ -85,4 +86,54 @@ fn a_chat_reopened_after_a_restart_resumes_from_disk_exactly_and_a_damaged_file_
     assert_eq!(damaged.stats.cached_prompt_tokens, 0, "the damaged file was not used");
     assert_eq!(ids(&damaged), ids(&cold));
     assert!(!target_file.exists(), "and it was removed");
+}
+
+/// The chat of the forgery: a long note whose last line tells a password, and the question.
+fn password_chat(password: &str) -> Vec<Message> {
+    let note = format!("{}\nThe password is {password}.", note());
+    vec![Message::system(note), Message::user("What is the password? Answer with the word alone.")]
+}
+
+/// The target's file (the larger of the two) given `ids` in its header and renamed as a file
+/// of `ids` is named: a forgery that needs no key. `ids` must be as many as the file lists.
+fn forge_target_file(dir: &Path, ids: &[u32]) -> PathBuf {
+    use sha2::Digest;
+    let target_file = files(dir).into_iter().max_by_key(|f| std::fs::metadata(f).unwrap().len()).unwrap();
+    let mut bytes = std::fs::read(&target_file).unwrap();
+    let listed = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+    assert!(listed >= ids.len(), "the file lists {listed} ids");
+    for (i, id) in ids.iter().enumerate() {
+        bytes[16 + 4 * i..20 + 4 * i].copy_from_slice(&id.to_le_bytes());
+    }
+    let all: Vec<u32> =
+        bytes[16..16 + 4 * listed].chunks_exact(4).map(|b| u32::from_le_bytes(b.try_into().unwrap())).collect();
+    let digest = sha2::Sha256::digest(all.iter().flat_map(|id| id.to_le_bytes()).collect::<Vec<u8>>());
+    let name: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
+    let forged = target_file.with_file_name(format!("{name}.kv"));
+    std::fs::remove_file(&target_file).unwrap();
+    std::fs::write(&forged, bytes).unwrap();
+    forged
+}
+
+#[test]
+fn a_snapshot_given_another_prompts_ids_is_refused_and_the_answer_is_the_cold_one() {
+    // The harm (issue 65, item 1): a state resumed under ids it was not made from changes
+    // what the model was told; here, which password it answers with.
+    let (blue, red) = (password_chat("BLUE"), password_chat("RED"));
+    let dir = tempfile::tempdir().unwrap();
+    let mut before = pair(Some(dir.path()));
+    reply(&mut before, &blue);
+    before.persist().unwrap();
+    let blue_ids = before.chat_prompt(&blue, &[]).unwrap();
+    let red_ids = before.chat_prompt(&red, &[]).unwrap();
+    drop(before);
+    assert_eq!(blue_ids.len(), red_ids.len(), "the two prompts differ in one token");
+    assert_ne!(blue_ids, red_ids);
+
+    let forged = forge_target_file(dir.path(), &red_ids);
+    let cold = reply(&mut pair(None), &red);
+    let resumed = reply(&mut pair(Some(dir.path())), &red);
+    assert_eq!(resumed.stats.cached_prompt_tokens, 0, "the forged snapshot was not used");
+    assert_eq!(ids(&resumed), ids(&cold), "the answer is the cold one: {:?}", resumed.text);
+    assert!(!forged.exists(), "and the forged file was removed");
 }

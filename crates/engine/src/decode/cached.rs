@@ -62,7 +62,14 @@ impl CachedModel {
     fn open_disk(&mut self) {
         self.disk = match (&self.disk_place, &self.file_key) {
             (Some((root, bytes)), Some(key)) => {
-                Some(DiskCache::open(root, &format!("{key}-{}", self.output_variant), *bytes))
+                match DiskCache::open(root, &format!("{key}-{}", self.output_variant), *bytes) {
+                    Ok(disk) => Some(disk),
+                    // Prompts are then read again: slower, never wrong.
+                    Err(e) => {
+                        tracing::warn!("no prompt cache on disk: {e}");
+                        None
+                    }
+                }
             }
             _ => None,
         };
