@@ -244,6 +244,33 @@ impl KvCache {
         Ok(())
     }
 
+    /// Host or device memory its buffers take, as allocated.
+    pub fn bytes(&self) -> usize {
+        (self.k.elem_count() + self.v.elem_count()) * self.k.dtype().size_in_bytes()
+    }
+
+    /// Memory its live positions take.
+    pub fn live_bytes(&self) -> usize {
+        let (heads, _, units) = self.k.dims3().unwrap_or((0, 0, 0));
+        2 * heads * self.len * units * self.k.dtype().size_in_bytes()
+    }
+
+    /// A cache holding a copy of this one's first `len` positions (at most its length), in
+    /// buffers of just that size: a new sequence that shares a prefix with this one, or this
+    /// one without its unused room. The rows are copied as stored, so they keep their bits.
+    pub fn prefix(&self, len: usize) -> Result<Self> {
+        let len = len.min(self.len);
+        let (heads, _, units) = self.k.dims3()?;
+        let copy = |t: &Tensor| -> Result<Tensor> {
+            let new = Tensor::zeros((heads, len.max(1), units), t.dtype(), t.device())?;
+            if len > 0 {
+                new.slice_set(&t.narrow(1, 0, len)?.contiguous()?, 1, 0)?;
+            }
+            Ok(new)
+        };
+        Ok(Self { k: copy(&self.k)?, v: copy(&self.v)?, head_dim: self.head_dim, len, limit: self.limit })
+    }
+
     /// The buffers as allocated; only the first `len()` positions are live.
     pub fn buffers(&self) -> (&Tensor, &Tensor) {
         (&self.k, &self.v)
@@ -568,5 +595,44 @@ mod tests {
         assert!(KvSnapshot::read_from(&mut bytes.as_slice(), f32s, 5, 6).is_err(), "another shape");
         assert!(KvSnapshot::read_from(&mut bytes.as_slice(), KvFormat::F16, 6, 6).is_err(), "another format");
         assert!(KvSnapshot::read_from(&mut &bytes[..40], f32s, 6, 6).is_err(), "cut short");
+    }
+
+    #[test]
+    fn a_prefix_holds_the_first_rows_bit_for_bit_in_buffers_of_its_size_and_grows_again() {
+        for format in [KvFormat::F32, KvFormat::F16, KvFormat::Q8_0] {
+            let mut cache = KvCache::with_format(2, 4096, 32, format, &Device::Cpu).unwrap();
+            let rows = |n: usize, seed: f32| {
+                Tensor::arange(0f32, (2 * n * 32) as f32, &Device::Cpu)
+                    .unwrap()
+                    .affine(0.01, seed as f64)
+                    .unwrap()
+                    .reshape((2, n, 32))
+                    .unwrap()
+            };
+            cache.append(&rows(10, 0.5), &rows(10, -0.5)).unwrap();
+            let mut prefix = cache.prefix(6).unwrap();
+            assert_eq!((prefix.len(), prefix.allocated()), (6, 6));
+            assert!(prefix.bytes() < cache.bytes());
+            let live = |c: &KvCache, n: usize| {
+                let (k, v) = c.buffers();
+                let bits = |t: &Tensor| {
+                    t.narrow(1, 0, n)
+                        .unwrap()
+                        .flatten_all()
+                        .unwrap()
+                        .to_dtype(DType::F32)
+                        .unwrap()
+                        .to_vec1::<f32>()
+                        .unwrap()
+                };
+                (bits(k), bits(v))
+            };
+            assert_eq!(live(&prefix, 6), live(&cache, 6), "{format:?}");
+            // Both go on alike: the same rows appended give the same bits.
+            cache.truncate(6);
+            cache.append(&rows(3, 1.5), &rows(3, 2.5)).unwrap();
+            prefix.append(&rows(3, 1.5), &rows(3, 2.5)).unwrap();
+            assert_eq!(live(&prefix, 9), live(&cache, 9), "{format:?}");
+        }
     }
 }

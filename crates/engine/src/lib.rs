@@ -24,6 +24,7 @@ pub mod lanes;
 pub mod models;
 pub mod quant;
 pub mod sampling;
+pub mod sequence;
 pub mod service;
 pub mod session;
 pub mod speculative;

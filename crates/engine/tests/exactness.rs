@@ -192,6 +192,43 @@ fn a_chat_gone_back_to_resumes_from_the_prompt_cache_and_scores_as_a_cold_prefil
     assert_eq!(off.prefill(&a).unwrap(), 300, "without a budget nothing is kept");
 }
 
+#[test]
+fn a_parked_sequence_moves_out_and_back_and_a_shared_prefix_starts_from_a_copy() {
+    use specula_engine::CausalLm;
+    let tiny = Tiny::chat(9, 0.0);
+    let long: Vec<u32> = (0..450).map(|i| (i * 11 % 96) as u32).collect();
+    // Parking moves the sequence's buffers (450 of 512 positions live: no room to trim), and
+    // taking it up again gives them back, with the scores of a sequence never parked.
+    let mut live = tiny.decoder();
+    live.forward(&long).unwrap();
+    let buffers = live.sequence().layers()[0].buffers().0.id();
+    let parked = live.park().unwrap().unwrap();
+    assert_eq!((live.len(), parked.len), (0, 450), "the model runs an empty sequence meanwhile");
+    live.forward(&[1, 2, 3]).unwrap(); // another conversation
+    live.restore(parked).unwrap();
+    assert_eq!(live.sequence().layers()[0].buffers().0.id(), buffers, "moved back, not copied");
+    let mut never_parked = tiny.decoder();
+    never_parked.forward(&long).unwrap();
+    assert_eq!(
+        live.forward(&[4, 5]).unwrap().to_vec2::<f32>().unwrap(),
+        never_parked.forward(&[4, 5]).unwrap().to_vec2::<f32>().unwrap()
+    );
+
+    // A conversation that shares 200 tokens with the one it replaces reads only the rest, from
+    // a copy of that prefix, and scores as a cold prefill; the replaced one is parked whole.
+    let a: Vec<u32> = (0..300).map(|i| (i * 7 % 96) as u32).collect();
+    let branch = [&a[..200], &[3, 1, 4, 1, 5, 9, 2, 6][..]].concat();
+    let mut warm = tiny.model();
+    warm.set_prompt_cache(64 << 20);
+    warm.prefill(&a).unwrap();
+    assert_eq!(warm.prefill(&branch).unwrap(), 8, "only the branch's own tokens are read");
+    assert_eq!(warm.prompt_cache().len(), 1, "the first conversation parked");
+    let mut cold = tiny.model();
+    cold.prefill(&branch).unwrap();
+    assert_eq!(warm.forward_all(&[7, 8]).unwrap(), cold.forward_all(&[7, 8]).unwrap(), "bit for bit");
+    assert_eq!(warm.prefill(&a).unwrap(), 0, "and the first is taken up again whole");
+}
+
 /// The step events of a reply.
 #[derive(Default)]
 struct Steps(Vec<specula_engine::StepEvent>);

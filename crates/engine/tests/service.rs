@@ -115,7 +115,7 @@ fn a_model_that_computes_nan_fails_its_jobs_clearly_and_health_says_so() {
 }
 
 /// A model whose scores are all NaN, as corrupt weights give.
-struct NanModel(specula_engine::models::decoder::Decoder);
+struct NanModel(specula_engine::models::decoder::LiveDecoder);
 
 impl specula_engine::CausalLm for NanModel {
     fn forward(&mut self, tokens: &[u32]) -> specula_engine::Result<candle_core::Tensor> {

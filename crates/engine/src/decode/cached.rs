@@ -4,12 +4,12 @@
 use super::disk_cache::DiskCache;
 use super::{Flow, Progress, PromptCache, PREFILL_CHUNK};
 use crate::error::{Error, Result};
-use crate::models::CausalLm;
+use crate::models::{CausalLm, SavedState};
 use crate::tokenizer::common_prefix;
 use std::path::PathBuf;
 
-/// Fewer tokens than this are read again rather than restored: a restore copies the whole
-/// saved sequence back, a few tokens' prefill costs less.
+/// Fewer tokens than this are read again rather than restored: a few tokens' prefill costs
+/// less than the copy of a shared prefix a parked sequence is left for (or, from disk, the read).
 const MIN_RESUME_GAIN: usize = 64;
 
 /// A model and the token ids its KV cache holds, so that a new prompt reuses the longest
@@ -83,12 +83,12 @@ impl CachedModel {
         if self.ids.len() < super::prompt_cache::MIN_SAVED_TOKENS || disk.holds(&self.ids) {
             return Ok(false);
         }
-        let Some(state) = self.model.save()? else { return Ok(false) };
-        if !disk.fits(state.bytes as u64) {
+        // The live rows a layer at a time, with no copy of the whole sequence first.
+        if !disk.fits(self.model.live_bytes() as u64) {
             return Ok(false);
         }
         let model = &self.model;
-        disk.store(&self.ids, &mut |out| match model.write_state(&state, out)? {
+        disk.store(&self.ids, &mut |out| match model.write_live(out)? {
             true => Ok(()),
             false => Err(Error::InvalidSetting("this model cannot write its state".into())),
         })?;
@@ -177,38 +177,73 @@ impl CachedModel {
         Ok(Some(total))
     }
 
-    /// Before the cache turns to `context`: keep what it would lose (another chat's sequence)
-    /// and take up the saved sequence that shares the most of `context`, when that is more
-    /// than the cache holds now. The tokens of `context` then cached.
+    /// Before the cache turns to `context`: park what it would lose (another chat's sequence,
+    /// moved into the prompt cache) and take up the saved sequence that shares the most of
+    /// `context`, when that is more than the cache holds now; failing that, start from a copy
+    /// of the prefix the parked sequence shares with `context`. The tokens of `context` then
+    /// cached.
     fn resume(&mut self, context: &[u32]) -> Result<usize> {
         let here = common_prefix(&self.ids, context);
         // Taken out before the outgoing sequence is kept, so keeping it cannot evict this one;
         // the live cache holds it from then on.
         let resumed = self.prompts.take_best(context, here + MIN_RESUME_GAIN);
-        if here < self.ids.len() && self.prompts.wants(&self.ids) {
-            match self.model.save() {
-                Ok(Some(state)) => self.prompts.keep(self.ids.clone(), state),
-                Ok(None) => {}
-                Err(e) => tracing::warn!("a prompt's cache could not be kept: {e}"),
-            }
-        }
-        let resumed = resumed.or_else(|| self.resume_from_disk(context, here + MIN_RESUME_GAIN));
-        if let Some((ids, state)) = resumed {
-            match self.model.restore(&state) {
-                Ok(()) => self.ids = ids,
-                // Never trusted half-restored: the cache starts empty, and the prompt is read.
-                Err(e) => {
-                    tracing::warn!("a saved prompt could not be restored: {e}");
-                    self.truncate(0);
+        let parked = match here < self.ids.len() && self.prompts.wants(&self.ids) {
+            true => self.park(),
+            false => None,
+        };
+        match resumed.or_else(|| self.resume_from_disk(context, here + MIN_RESUME_GAIN)) {
+            Some((ids, state)) => self.take_up(ids, state),
+            None => {
+                if let Some((ids, state)) = parked.as_ref().filter(|_| here > 0) {
+                    self.fork(&ids[..here], state);
                 }
             }
+        }
+        if let Some((ids, state)) = parked {
+            self.prompts.keep(ids, state);
         }
         Ok(common_prefix(&self.ids, context))
     }
 
+    /// Move the live sequence out, with its ids; the model then runs an empty one.
+    fn park(&mut self) -> Option<(Vec<u32>, SavedState)> {
+        match self.model.park() {
+            Ok(Some(state)) => Some((std::mem::take(&mut self.ids), state)),
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!("a prompt's cache could not be kept: {e}");
+                None
+            }
+        }
+    }
+
+    /// Run `state`, the sequence after `ids`, from now on.
+    fn take_up(&mut self, ids: Vec<u32>, state: SavedState) {
+        match self.model.restore(state) {
+            Ok(()) => self.ids = ids,
+            // Never trusted half-restored: the cache starts empty, and the prompt is read.
+            Err(e) => {
+                tracing::warn!("a saved prompt could not be restored: {e}");
+                self.truncate(0);
+            }
+        }
+    }
+
+    /// Run from now on a copy of the first `prefix.len()` positions of `parked`, whose ids
+    /// start with `prefix`.
+    fn fork(&mut self, prefix: &[u32], parked: &SavedState) {
+        match self.model.fork(parked, prefix.len()) {
+            Ok(()) => self.ids = prefix.to_vec(),
+            Err(e) => {
+                tracing::warn!("a shared prefix could not be copied: {e}");
+                self.truncate(0);
+            }
+        }
+    }
+
     /// The saved sequence on disk sharing the most (at least `at_least`) of `context`, read
     /// and checked; a file that fails is ignored (and removed).
-    fn resume_from_disk(&mut self, context: &[u32], at_least: usize) -> Option<(Vec<u32>, crate::models::SavedState)> {
+    fn resume_from_disk(&mut self, context: &[u32], at_least: usize) -> Option<(Vec<u32>, SavedState)> {
         let disk = self.disk.as_mut()?;
         let (entry, _) = disk.best(context, at_least, self.model.capacity())?;
         let (model, positions) = (&self.model, entry.ids.len());

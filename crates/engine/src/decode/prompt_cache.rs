@@ -1,13 +1,13 @@
-//! The prompts a model held before, kept so that going back to one costs a copy instead of a
-//! prefill: switching chats, or a server whose callers alternate. Each entry is a sequence of
-//! token ids and the model's saved state after them (its KV cache's live positions); a new
-//! prompt resumes from the entry sharing its longest prefix. Least recently used entries go
-//! first when the memory cap is reached.
+//! The sequences a model ran before, parked so that going back to one costs nothing instead of
+//! a prefill: switching chats, or a server whose callers alternate. Each entry is a sequence of
+//! token ids and the sequence the model parked after them (moved out, its buffers trimmed only
+//! where they were mostly room); a new prompt resumes from the entry sharing its longest prefix.
+//! Least recently used entries go first when the memory cap is reached.
 
 use crate::models::SavedState;
 use crate::tokenizer::common_prefix;
 
-/// Sequences shorter than this are not worth a copy: their prefill is a fraction of a second.
+/// Sequences shorter than this are not worth the memory: their prefill is a fraction of a second.
 pub const MIN_SAVED_TOKENS: usize = 256;
 
 struct Entry {

@@ -47,28 +47,37 @@ pub trait CausalLm: Send {
     fn restrict_output(&mut self, _ids: Option<&[u32]>) -> Result<bool> {
         Ok(false)
     }
-    /// Copy out what the tokens fed so far left in the model (its cache's live positions), so
-    /// that another sequence can run and this one resume later; `None` when it cannot.
-    fn save(&self) -> Result<Option<SavedState>> {
+    /// Move out the sequence it runs (what the tokens fed so far left in it), leaving it an
+    /// empty one, so that another conversation can run and this one resume later; `None` when
+    /// it cannot.
+    fn park(&mut self) -> Result<Option<SavedState>> {
         Ok(None)
     }
-    /// Hold exactly what `state`, saved by this model, held.
-    fn restore(&mut self, _state: &SavedState) -> Result<()> {
+    /// Run from now on a copy of the first `len` positions of `from`, a sequence this model
+    /// parked: a conversation that shares that prefix.
+    fn fork(&mut self, _from: &SavedState, _len: usize) -> Result<()> {
+        Err(Error::InvalidSetting("this model cannot start from a parked sequence".into()))
+    }
+    /// Run `state`, parked by this model (or read by [`CausalLm::read_state`]), from now on.
+    fn restore(&mut self, _state: SavedState) -> Result<()> {
         Err(Error::InvalidSetting("this model cannot restore a saved state".into()))
     }
-    /// Write `state`, saved by this model, for a file (a prompt kept across restarts);
-    /// whether it could.
-    fn write_state(&self, _state: &SavedState, _out: &mut dyn std::io::Write) -> Result<bool> {
+    /// Bytes the live positions of the sequence it runs hold (what a file of it takes).
+    fn live_bytes(&self) -> usize {
+        0
+    }
+    /// Write the sequence it runs for a file (a prompt kept across restarts); whether it could.
+    fn write_live(&self, _out: &mut dyn std::io::Write) -> Result<bool> {
         Ok(false)
     }
-    /// A state [`CausalLm::write_state`] wrote, checked against this model's shapes as it is
+    /// A sequence [`CausalLm::write_live`] wrote, checked against this model's shapes as it is
     /// read: a file is never trusted.
     fn read_state(&self, _input: &mut dyn std::io::Read) -> Result<SavedState> {
         Err(Error::InvalidSetting("this model cannot read a saved state".into()))
     }
 }
 
-/// What a model's [`CausalLm::save`] copied out: its own type inside, and its size.
+/// A sequence a model parked or read ([`CausalLm::park`]): its own type inside, and its size.
 pub struct SavedState {
     /// Positions it holds.
     pub len: usize,
@@ -85,6 +94,11 @@ impl SavedState {
     /// The model's own state, when this is one of its kind.
     pub fn get<T: std::any::Any>(&self) -> Option<&T> {
         self.inner.downcast_ref()
+    }
+
+    /// The model's own state, moved out, when this is one of its kind.
+    pub fn take<T: std::any::Any>(self) -> Option<T> {
+        self.inner.downcast::<T>().ok().map(|inner| *inner)
     }
 }
 
@@ -174,13 +188,25 @@ pub fn check_architecture(gguf: &GgufFile) -> Result<()> {
 }
 
 /// Build the model a GGUF file describes, with a KV cache of `context` positions
-/// (capped at what the model was trained on).
+/// (capped at what the model was trained on), running one sequence.
 pub fn load_model(
     gguf: &mut GgufFile,
     device: &Device,
     context: usize,
     kv_format: KvFormat,
 ) -> Result<(Box<dyn CausalLm>, ModelInfo)> {
+    let (decoder, info) = load_decoder(gguf, device, context, kv_format)?;
+    Ok((Box::new(decoder.live()?), info))
+}
+
+/// The weights a GGUF file describes, for sequences of at most `context` positions (capped at
+/// what the model was trained on) storing keys and values as `kv_format`.
+pub fn load_decoder(
+    gguf: &mut GgufFile,
+    device: &Device,
+    context: usize,
+    kv_format: KvFormat,
+) -> Result<(decoder::Decoder, ModelInfo)> {
     check_architecture(gguf)?;
     let arch = gguf.architecture()?;
     let config = match arch.as_str() {
@@ -200,21 +226,21 @@ pub fn load_model(
     for line in &requantized {
         tracing::info!("requantized {line} at load: candle has no SIMD kernel for the original type");
     }
-    let mut model = decoder::Decoder::load(config.clone(), gguf, device, context)?;
-    model.set_kv_format(kv_format)?;
+    let mut decoder = decoder::Decoder::load(config.clone(), gguf, device, context)?;
+    decoder.set_kv_format(kv_format)?;
     let info = ModelInfo {
         name: gguf.string("general.name").unwrap_or_else(|_| file_stem(gguf)),
         architecture: arch,
         parameters: gguf.content().tensor_infos.values().map(|t| t.shape.elem_count() as u64).sum(),
         quantization: dominant_weight_type(gguf),
         file_bytes: std::fs::metadata(gguf.path()).map(|m| m.len()).unwrap_or(0),
-        vocab_size: model.vocab_size(),
+        vocab_size: decoder.vocab_size(),
         trained_context: config.trained_context,
         context,
         kv_format,
         requantized,
     };
-    Ok((Box::new(model), info))
+    Ok((decoder, info))
 }
 
 /// The context asked for as "auto": the positions the model was trained for, capped by the

@@ -3,7 +3,7 @@
 //! relative of the target, as real drafts are, or a stranger.
 
 use candle_core::{Device, Tensor};
-use specula_engine::models::decoder::{Decoder, DecoderConfig, RopeStyle};
+use specula_engine::models::decoder::{Decoder, DecoderConfig, LiveDecoder, RopeStyle};
 use specula_engine::{CachedModel, CausalLm, ChatTemplate, LoadedModel, ModelInfo, Tokenizer};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,7 +48,7 @@ impl Tiny {
         }
     }
 
-    pub fn decoder(&self) -> Decoder {
+    pub fn decoder(&self) -> LiveDecoder {
         let h = self.hidden;
         let mut state = self.seed;
         let mut noise_state = self.seed ^ 0xABCD_EF01;
@@ -80,7 +80,7 @@ impl Tiny {
                 w.insert(format!("blk.{layer}.{name}.weight"), random(shape, 1.0, &mut state));
             }
         }
-        Decoder::load(self.config(), &mut w, &Device::Cpu, self.context).unwrap()
+        Decoder::load(self.config(), &mut w, &Device::Cpu, self.context).unwrap().live().unwrap()
     }
 
     pub fn model(&self) -> CachedModel {
@@ -127,7 +127,7 @@ pub fn random(shape: (usize, usize), scale: f32, state: &mut u64) -> Tensor {
 /// A model that misbehaves on demand: it panics in `forward` while `panics` is set, and
 /// takes `delay_per_token` per token fed (a slow model, to cancel during its prefill).
 pub struct Faulty {
-    pub inner: Decoder,
+    pub inner: LiveDecoder,
     pub panics: Arc<AtomicBool>,
     pub delay_per_token: Duration,
 }
