@@ -97,13 +97,33 @@ fn export(store: &Store, ids: &[i64], format: Format, output: Option<&Path>) -> 
         let shown = if std::io::stdout().is_terminal() { printable(&text) } else { text };
         return std::io::stdout().lock().write_all(shown.as_bytes()).map_err(|e| e.to_string());
     };
-    let file = std::fs::File::create(path).map_err(|e| format!("{}: {e}", printable(&path.display().to_string())))?;
+    let file = new_private_file(path).map_err(|e| {
+        let why = match e.kind() {
+            std::io::ErrorKind::AlreadyExists => {
+                "it exists already (an export never replaces a file: name a new one)".into()
+            }
+            _ => e.to_string(),
+        };
+        format!("{}: {why}", printable(&path.display().to_string()))
+    })?;
     if let Err(e) = store.export_to(ids, format, file) {
-        std::fs::remove_file(path).ok(); // no half-written export left to be taken for a whole one
+        // The file is the one this export made: no half-written export left to be taken for
+        // a whole one, and nothing that was there before was touched.
+        std::fs::remove_file(path).ok();
         return Err(e.to_string());
     }
     eprintln!("exported to {}", printable(&path.display().to_string()));
     Ok(())
+}
+
+/// A file made for this export alone: never one that exists (a link included, which is not
+/// followed), readable by the user alone (a history is private).
+fn new_private_file(path: &Path) -> std::io::Result<std::fs::File> {
+    let mut options = std::fs::File::options();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path)
 }
 
 fn import(store: &mut Store, file: &Path, format: Option<ImportFormat>) -> Result<(), String> {

@@ -68,3 +68,35 @@ fn a_bad_file_imports_nothing_and_says_where_it_went_wrong() {
     assert!(String::from_utf8_lossy(&refused.stderr).contains("nothing imported"));
     assert_eq!(ok(chats(&data, &["list"])), before);
 }
+
+#[test]
+fn an_export_makes_a_new_private_file_and_never_touches_one_that_was_there() {
+    // The harm (issue 65, item 4): `export -o FILE` with a wrong --id deleted FILE, and an
+    // export wrote through a link and over a file, readable by others.
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    ok(chats(&data, &["import", &format!("{FIXTURES}/openwebui-export.json")]));
+    let precious = dir.path().join("thesis.md");
+    std::fs::write(&precious, "years of work").unwrap();
+    let wrong_id = chats(&data, &["export", "--id", "999", "-o", precious.to_str().unwrap()]);
+    assert!(!wrong_id.status.success());
+    assert_eq!(std::fs::read_to_string(&precious).unwrap(), "years of work", "a failed export deletes nothing");
+    let over = chats(&data, &["export", "-o", precious.to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&over.stderr);
+    assert!(!over.status.success() && said.contains("exists already"), "{said}");
+    assert_eq!(std::fs::read_to_string(&precious).unwrap(), "years of work", "never written over");
+    // A failed export of a new name leaves nothing behind.
+    let fresh = dir.path().join("fresh.json");
+    assert!(!chats(&data, &["export", "--id", "999", "-o", fresh.to_str().unwrap()]).status.success());
+    assert!(!fresh.exists());
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let link = dir.path().join("link.json");
+        std::os::unix::fs::symlink(&precious, &link).unwrap();
+        assert!(!chats(&data, &["export", "-o", link.to_str().unwrap()]).status.success());
+        assert_eq!(std::fs::read_to_string(&precious).unwrap(), "years of work", "no link followed");
+        ok(chats(&data, &["export", "-o", fresh.to_str().unwrap()]));
+        assert_eq!(std::fs::metadata(&fresh).unwrap().permissions().mode() & 0o777, 0o600);
+    }
+}

@@ -72,6 +72,40 @@ pub struct ToolResult {
     pub ms: u64,
 }
 
+/// What a stdio server inherits of Specula's environment: what finding programs, the user's
+/// home and temporary folder, the terminal and the locale need (the MCP SDKs' default
+/// environment, and Claude Desktop's). Nothing else: keys such as `SPECULA_API_KEY`, `HF_TOKEN`
+/// or a cloud's secrets reach a server only when its entry's `env` names them.
+const INHERITED: &[&str] = &[
+    "HOME",
+    "LOGNAME",
+    "PATH",
+    "SHELL",
+    "TERM",
+    "USER",
+    "TMPDIR",
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    // Windows
+    "APPDATA",
+    "HOMEDRIVE",
+    "HOMEPATH",
+    "LOCALAPPDATA",
+    "PROCESSOR_ARCHITECTURE",
+    "PROGRAMFILES",
+    "SYSTEMDRIVE",
+    "SYSTEMROOT",
+    "TEMP",
+    "USERNAME",
+    "USERPROFILE",
+];
+
+fn inherited_environment() -> impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)> {
+    std::env::vars_os().filter(|(name, _)| name.to_str().is_some_and(|name| INHERITED.contains(&name)))
+}
+
 pub struct Connection {
     service: RunningService<RoleClient, ()>,
     faults: Option<SharedFaults>,
@@ -83,7 +117,7 @@ impl Connection {
         let (handshake, faults) = match &spec.endpoint {
             Endpoint::Stdio { command, args, env, cwd } => {
                 let mut process = tokio::process::Command::new(command);
-                process.args(args).envs(env);
+                process.args(args).env_clear().envs(inherited_environment()).envs(env);
                 if let Some(cwd) = cwd {
                     process.current_dir(cwd);
                 }

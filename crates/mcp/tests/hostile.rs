@@ -175,3 +175,24 @@ fn a_name_once_given_stays_with_its_tool_when_an_earlier_server_answers_late() {
     let waited = Toolbox::start(vec![hostile("late"), hostile("well")], limits()).unwrap();
     assert_eq!(waited.find("echo").unwrap().server, "late");
 }
+
+#[test]
+fn a_stdio_server_gets_a_clean_environment_and_what_its_entry_names() {
+    // The harm (issue 65, item 7): every stdio server was given Specula's whole environment,
+    // its API key, the Hub token and cloud secrets among it.
+    // Set before any server of this test starts (CI runs one test at a time).
+    std::env::set_var("SPECULA_API_KEY", "secret-key");
+    std::env::set_var("AWS_SECRET_ACCESS_KEY", "secret-aws");
+    let mut spec = hostile("env");
+    if let Endpoint::Stdio { env, .. } = &mut spec.endpoint {
+        env.insert("NAMED_BY_ITS_ENTRY".into(), "yes".into());
+    }
+    let toolbox = Toolbox::start(vec![spec], limits()).unwrap();
+    let names = toolbox.call("echo", json!({}), &|| false).unwrap().text;
+    let names: Vec<&str> = names.split(' ').collect();
+    assert!(names.contains(&"PATH") && names.contains(&"NAMED_BY_ITS_ENTRY"), "{names:?}");
+    for secret in ["SPECULA_API_KEY", "AWS_SECRET_ACCESS_KEY", "CARGO_PKG_NAME"] {
+        assert!(!names.contains(&secret), "{secret} reached the server: {names:?}");
+    }
+    // (A launcher between may add its own: pyenv's `python3` shim sets PYENV_* and SHLVL.)
+}

@@ -299,6 +299,7 @@ impl Store {
         // Another program reading or writing the file (a backup, a second copy of the app)
         // holds its lock for a moment: wait that moment out rather than fail at once.
         conn.busy_timeout(BUSY_TIMEOUT)?;
+        refuse_newer_release(&conn)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         // A streaming reply commits its tokens ten times a second. With WAL, NORMAL syncs at
         // checkpoints only: a crash of the app still loses nothing committed (the WAL is in the
@@ -800,6 +801,23 @@ fn add_missing_columns(conn: &Connection) -> Result<()> {
 
 /// `PRAGMA user_version` of a history whose messages form trees.
 const TREES: i64 = 2;
+
+/// The newest history format this release reads and writes (`PRAGMA user_version`).
+const NEWEST_KNOWN: i64 = TREES;
+
+/// Refuse, before anything is written, a history a newer release made: this release's
+/// statements could undo what it keeps (an older release's Regenerate deleted branches it
+/// did not know of). The file is left as it is for that release.
+fn refuse_newer_release(conn: &Connection) -> Result<()> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if version > NEWEST_KNOWN {
+        return Err(StoreError::Invalid(format!(
+            "a newer release of Specula wrote this history (format {version}; this release knows up to \
+             {NEWEST_KNOWN}); it is left untouched: open it with that release"
+        )));
+    }
+    Ok(())
+}
 
 /// A history from before messages formed trees becomes one, once and in one transaction:
 /// each message follows the one before it in its conversation, which shows its last.

@@ -206,3 +206,25 @@ fn a_chat_deleted_and_imported_again_from_a_backup_is_back() {
     store.purge_deleted().unwrap();
     assert_eq!(shown(&store, imported.conversations[0]), ["keep me"]);
 }
+
+#[test]
+fn a_history_of_a_newer_release_is_refused_and_left_untouched() {
+    // The harm (issue 65, item 5): this release opened a history a newer release had marked
+    // and wrote to it without a word; statements written for another format can delete
+    // branches.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("specula.db");
+    let mut store = Store::open(&path).unwrap();
+    let c = store.create_conversation().unwrap().id;
+    store.add_message(c, Role::User, "kept", None).unwrap();
+    drop(store);
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    raw.execute_batch("PRAGMA user_version = 99; PRAGMA wal_checkpoint(TRUNCATE);").unwrap();
+    drop(raw);
+    let before = std::fs::read(&path).unwrap();
+    let refused = Store::open(&path).err().expect("refused");
+    assert!(refused.to_string().contains("newer release") && refused.to_string().contains("99"), "{refused}");
+    assert!(!refused.is_damage(), "never set aside as damaged");
+    assert!(Store::open_or_set_aside(&path).is_err(), "and not set aside by the app's open either");
+    assert_eq!(std::fs::read(&path).unwrap(), before, "the file is as it was");
+}

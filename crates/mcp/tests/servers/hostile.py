@@ -61,6 +61,9 @@ for line in sys.stdin:
             sys.stderr.write("boom: the server fell over\n")
             sys.stderr.flush()
             sys.exit(3)
+        elif mode == "env":
+            # What the server was given of its parent's environment, names sorted.
+            send({"jsonrpc": "2.0", "id": ident, "result": {"content": [{"type": "text", "text": " ".join(sorted(os.environ))}]}})
         else:
             text = request["params"].get("arguments", {}).get("text", "")
             send({"jsonrpc": "2.0", "id": ident, "result": {"content": [{"type": "text", "text": text}]}})
