@@ -5,6 +5,8 @@
 //! rows go through the kernels of this CPU's best path (`tests/kernels.rs` holds every path
 //! to the same bits, row count by row count).
 
+mod common;
+
 use candle_core::Device;
 use specula_engine::gguf::GgufFile;
 use specula_engine::models::decoder::{Decoder, Rows};
@@ -123,4 +125,62 @@ fn a_sequence_past_its_room_fails_alone_and_the_others_run() {
     let single = decoder.forward(&mut a_alone, &[4, 5], true).unwrap();
     assert_eq!(bits(&out.next().unwrap().unwrap()), bits(&single));
     assert_eq!((full.len(), a.len()), (510, 22), "the refused sequence is as it was");
+}
+
+/// The greedy pick of each row of `logits`' last row.
+fn argmax(logits: &candle_core::Tensor) -> u32 {
+    let rows: Vec<Vec<f32>> = logits.to_vec2().unwrap();
+    let last = rows.last().unwrap();
+    (0..last.len()).max_by(|&a, &b| last[a].total_cmp(&last[b]).then(b.cmp(&a))).unwrap() as u32
+}
+
+#[test]
+fn on_the_real_target_prompts_decoded_together_get_each_the_reply_and_bits_they_get_alone() {
+    let path = common::model(common::TARGET);
+    let mut gguf = GgufFile::open(&path).unwrap();
+    let tokenizer = specula_engine::Tokenizer::from_gguf(&gguf).unwrap();
+    let (target, _) = load_decoder(&mut gguf, &common::device(), 1024, KvFormat::F16).unwrap();
+    let prompts: Vec<Vec<u32>> = common::PROMPTS[..3].iter().map(|p| tokenizer.encode(p).unwrap()).collect();
+    let steps = 12;
+
+    // Each alone: its prompt in one pass, then one token a pass.
+    let alone: Vec<(Vec<u32>, Vec<Vec<u32>>)> = prompts
+        .iter()
+        .map(|prompt| {
+            let mut sequence = target.new_sequence().unwrap();
+            let mut logits = target.forward(&mut sequence, prompt, false).unwrap();
+            let (mut reply, mut all_bits) = (Vec::new(), Vec::new());
+            for _ in 0..steps {
+                let next = argmax(&logits);
+                reply.push(next);
+                all_bits.push(bits(&logits).concat());
+                logits = target.forward(&mut sequence, &[next], false).unwrap();
+            }
+            (reply, all_bits)
+        })
+        .collect();
+
+    // Together: the three prompts (of different lengths) in one pass, then one pass a step
+    // for the three sequences' next tokens.
+    let mut sequences: Vec<Sequence> = prompts.iter().map(|_| target.new_sequence().unwrap()).collect();
+    let mut fed: Vec<Vec<u32>> = prompts.clone();
+    let mut replies: Vec<Vec<u32>> = vec![Vec::new(); prompts.len()];
+    for step in 0..steps {
+        let mut rows: Vec<Rows> = sequences
+            .iter_mut()
+            .zip(&fed)
+            .map(|(sequence, tokens)| Rows { sequence, tokens, all_positions: false })
+            .collect();
+        let logits = target.forward_batch(&mut rows).unwrap();
+        for (i, logits) in logits.into_iter().enumerate() {
+            let logits = logits.unwrap();
+            assert_eq!(bits(&logits).concat(), alone[i].1[step], "prompt {i}, step {step}: the logits' bits");
+            let next = argmax(&logits);
+            replies[i].push(next);
+            fed[i] = vec![next];
+        }
+    }
+    for (i, reply) in replies.iter().enumerate() {
+        assert_eq!(reply, &alone[i].0, "prompt {i}: {:?}", tokenizer.decode(reply));
+    }
 }
