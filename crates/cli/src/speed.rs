@@ -3,6 +3,11 @@
 //! tokens (`ppN`), and generating `--tg` tokens one pass each (`tgN`), after `--depth` tokens
 //! already in the cache, as the median of `--repeat` runs. Tokens are fixed ids (text does not
 //! change the cost); generation takes the argmax and ignores end-of-turn, as llama-bench does.
+//!
+//! `--batch 1,2,4,8`: N sequences at `--depth` each generating `--tg` tokens, one pass a step
+//! over their N rows, against the same N generated in turn one pass each (how the engine serves
+//! N callers today): aggregate tokens per second each way, in alternating order, and whether
+//! the tokens came out the same.
 
 use clap::Args;
 use serde::Serialize;
@@ -30,9 +35,28 @@ pub struct SpeedArgs {
     /// How the KV cache stores keys and values (f16, q8_0 or f32).
     #[arg(long, default_value = specula_engine::protocol::DEFAULT_KV_FORMAT.as_str())]
     kv: specula_engine::KvFormat,
+    /// Sequences decoded together in one pass a step (comma-separated), each against the same
+    /// decoded in turn; none: not measured.
+    #[arg(long, value_delimiter = ',')]
+    batch: Vec<usize>,
     /// Write the figures here as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
+}
+
+#[derive(Serialize)]
+struct BatchMeasurement {
+    sequences: usize,
+    depth: usize,
+    /// Tokens each sequence generates.
+    tokens: usize,
+    /// Medians over the repeats, all sequences' tokens together.
+    in_turn_tokens_per_second: f64,
+    together_tokens_per_second: f64,
+    /// Together over in turn, the medians'.
+    speedup: f64,
+    /// Every sequence's tokens the same both ways, in every repeat.
+    identical: bool,
 }
 
 #[derive(Serialize)]
@@ -59,6 +83,9 @@ struct Report {
     threads: usize,
     kv_format: &'static str,
     results: Vec<Measurement>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    batch: Vec<BatchMeasurement>,
+    date: String,
 }
 
 /// Fixed ids spread over the vocabulary (avoiding its first ids, often control tokens).
@@ -122,20 +149,133 @@ pub fn speed(args: SpeedArgs) -> Result<(), String> {
             results.push(Measurement::new(format!("tg{}{suffix}", args.tg), depth, args.tg, runs));
         }
     }
+    drop(loaded);
+    let batch = match args.batch.is_empty() {
+        true => Vec::new(),
+        false => batches(&args, &device, longest + args.batch.iter().max().copied().unwrap_or(0))?,
+    };
     let report = Report {
         model: args.model.display().to_string(),
         cpu: specula_engine::kernels::cpu_description(),
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         kv_format: args.kv.as_str(),
         results,
+        batch,
+        date: chrono::Utc::now().format("%Y-%m-%d %H:%M UTC").to_string(),
     };
     println!("{}\n| test | t/s |\n|---|---|", report.cpu);
     for m in &report.results {
         println!("| {} | {:.2} |", m.test, m.tokens_per_second);
+    }
+    if !report.batch.is_empty() {
+        println!("\n| sequences | depth | in turn t/s | together t/s | together / in turn | identical |\n|---|---|---|---|---|---|");
+        for b in &report.batch {
+            println!(
+                "| {} | {} | {:.2} | {:.2} | {:.2}x | {} |",
+                b.sequences, b.depth, b.in_turn_tokens_per_second, b.together_tokens_per_second, b.speedup, b.identical
+            );
+        }
     }
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
         std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok(())
+}
+
+/// `--batch`: for each count and depth, that many sequences generating `--tg` tokens together
+/// and in turn, in alternating order over `--repeat` rounds.
+fn batches(
+    args: &SpeedArgs,
+    device: &specula_engine::candle_core::Device,
+    context: usize,
+) -> Result<Vec<BatchMeasurement>, String> {
+    let mut gguf = specula_engine::gguf::GgufFile::open(&args.model).map_err(|e| e.to_string())?;
+    let (decoder, info) =
+        specula_engine::models::load_decoder(&mut gguf, device, context, args.kv).map_err(|e| e.to_string())?;
+    let mut measured = Vec::new();
+    for &sequences in &args.batch {
+        for &depth in &args.depth {
+            let (mut in_turn, mut together, mut identical) = (Vec::new(), Vec::new(), true);
+            for round in 0..args.repeat.max(1) {
+                let run =
+                    |batched: bool| decode_sequences(&decoder, sequences, depth, args.tg, info.vocab_size, batched);
+                let ((a, a_tokens), (b, b_tokens)) = match round % 2 {
+                    0 => (run(false)?, run(true)?),
+                    _ => {
+                        let together = run(true)?;
+                        (run(false)?, together)
+                    }
+                };
+                in_turn.push(a);
+                together.push(b);
+                identical &= a_tokens == b_tokens;
+            }
+            let (in_turn, together) = (median(&in_turn), median(&together));
+            measured.push(BatchMeasurement {
+                sequences,
+                depth,
+                tokens: args.tg,
+                in_turn_tokens_per_second: in_turn,
+                together_tokens_per_second: together,
+                speedup: together / in_turn,
+                identical,
+            });
+        }
+    }
+    Ok(measured)
+}
+
+/// `count` sequences, each with its own `depth` tokens read, generating `tg` tokens each:
+/// one pass a step over all (`together`) or one pass a sequence (in turn). The aggregate
+/// tokens per second of the generation, and every sequence's tokens.
+fn decode_sequences(
+    decoder: &specula_engine::models::decoder::Decoder,
+    count: usize,
+    depth: usize,
+    tg: usize,
+    vocab: usize,
+    together: bool,
+) -> Result<(f64, Vec<Vec<u32>>), String> {
+    use specula_engine::models::decoder::Rows;
+    let err = |e: specula_engine::Error| e.to_string();
+    let mut sequences = Vec::with_capacity(count);
+    let mut next = Vec::with_capacity(count);
+    for s in 0..count {
+        // Each its own context: the fixed ids shifted by the sequence's number.
+        let context = tokens(depth + 1 + s, vocab)[s..].to_vec();
+        let mut sequence = decoder.new_sequence().map_err(err)?;
+        for chunk in context[..depth].chunks(specula_engine::decode::PREFILL_CHUNK) {
+            decoder.forward(&mut sequence, chunk, false).map_err(err)?;
+        }
+        sequences.push(sequence);
+        next.push(context[depth]);
+    }
+    let mut generated = vec![Vec::with_capacity(tg); count];
+    let started = Instant::now();
+    for _ in 0..tg {
+        let logits: Vec<specula_engine::candle_core::Tensor> = match together {
+            true => {
+                let fed: Vec<[u32; 1]> = next.iter().map(|&t| [t]).collect();
+                let mut rows: Vec<Rows> = sequences
+                    .iter_mut()
+                    .zip(&fed)
+                    .map(|(sequence, tokens)| Rows { sequence, tokens, all_positions: false })
+                    .collect();
+                decoder.forward_batch(&mut rows).map_err(err)?.into_iter().collect::<Result<_, _>>().map_err(err)?
+            }
+            false => sequences
+                .iter_mut()
+                .zip(&next)
+                .map(|(sequence, &token)| decoder.forward(sequence, &[token], false))
+                .collect::<Result<_, _>>()
+                .map_err(err)?,
+        };
+        for ((logits, next), generated) in logits.iter().zip(next.iter_mut()).zip(generated.iter_mut()) {
+            let row: Vec<f32> = logits.squeeze(0).and_then(|l| l.to_vec1()).map_err(|e| e.to_string())?;
+            *next = specula_engine::sampling::argmax(&row);
+            generated.push(*next);
+        }
+    }
+    Ok(((count * tg) as f64 / started.elapsed().as_secs_f64(), generated))
 }
