@@ -307,9 +307,14 @@ impl Store {
         // put an fsync on the engine's cores at every commit.
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
-        conn.execute_batch(SCHEMA)?;
-        add_missing_columns(&conn)?;
-        migrate_to_trees(&conn)?;
+        // Only a history that lacks something is written to at open: every open took the
+        // write lock, so `specula chats list` failed while an import wrote, and the app started
+        // during a long import ran in memory.
+        if !up_to_date(&conn)? {
+            conn.execute_batch(SCHEMA)?;
+            add_missing_columns(&conn)?;
+            migrate_to_trees(&conn)?;
+        }
         Ok(Self { conn })
     }
 
@@ -804,6 +809,53 @@ const TREES: i64 = 2;
 
 /// The newest history format this release reads and writes (`PRAGMA user_version`).
 const NEWEST_KNOWN: i64 = TREES;
+
+/// Whether the history is as this release writes it (its format, every table, index and
+/// column, every conversation with its own id): then opening it only reads.
+fn up_to_date(conn: &Connection) -> Result<bool> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if version != NEWEST_KNOWN {
+        return Ok(false);
+    }
+    let has = |kind: &str, name: &str| -> Result<bool> {
+        Ok(conn.query_row("SELECT COUNT(*) FROM sqlite_master WHERE type = ?1 AND name = ?2", [kind, name], |r| {
+            r.get::<_, i64>(0)
+        })? > 0)
+    };
+    for (kind, name) in schema_objects()? {
+        if !has(&kind, &name)? {
+            return Ok(false);
+        }
+    }
+    for index in ["messages_by_parent", "conversations_by_uid"] {
+        if !has("index", index)? {
+            return Ok(false);
+        }
+    }
+    for (table, column, _) in ADDED_COLUMNS {
+        let present: bool = conn.query_row(
+            "SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = ?2",
+            params![table, column],
+            |r| r.get(0),
+        )?;
+        if !present {
+            return Ok(false);
+        }
+    }
+    let without_uid: bool =
+        conn.query_row("SELECT EXISTS (SELECT 1 FROM conversations WHERE uid IS NULL)", [], |r| r.get(0))?;
+    Ok(!without_uid)
+}
+
+/// The tables and indexes [`SCHEMA`] makes, as (type, name): read from a history it makes in
+/// memory, so the list cannot fall behind it.
+fn schema_objects() -> Result<Vec<(String, String)>> {
+    let scratch = Connection::open_in_memory()?;
+    scratch.execute_batch(SCHEMA)?;
+    let mut stmt = scratch.prepare("SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'")?;
+    let objects = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok(objects.collect::<rusqlite::Result<_>>()?)
+}
 
 /// Refuse, before anything is written, a history a newer release made: this release's
 /// statements could undo what it keeps (an older release's Regenerate deleted branches it

@@ -228,3 +228,20 @@ fn a_history_of_a_newer_release_is_refused_and_left_untouched() {
     assert!(Store::open_or_set_aside(&path).is_err(), "and not set aside by the app's open either");
     assert_eq!(std::fs::read(&path).unwrap(), before, "the file is as it was");
 }
+
+#[test]
+fn a_history_opens_for_reading_while_another_process_writes_to_it() {
+    // The harm (issue 65, item 9): every open took the write lock, so `specula chats list`
+    // failed while an import wrote, and the app started during a long import ran in memory.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("specula.db");
+    let mut store = Store::open(&path).unwrap();
+    let c = store.create_conversation().unwrap().id;
+    store.add_message(c, Role::User, "kept", None).unwrap();
+    drop(store);
+    let writer = rusqlite::Connection::open(&path).unwrap();
+    writer.execute_batch("BEGIN IMMEDIATE; INSERT INTO settings (key, value) VALUES ('import', '1');").unwrap();
+    let reader = Store::open(&path).expect("opened while another process holds the write lock");
+    assert_eq!(reader.conversations("").unwrap().len(), 1);
+    writer.execute_batch("COMMIT").unwrap();
+}
