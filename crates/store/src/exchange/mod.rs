@@ -205,5 +205,33 @@ pub fn read_archive(input: impl std::io::Read) -> Result<Vec<ArchivedConversatio
             archive.version
         )));
     }
-    Ok(archive.conversations)
+    let mut conversations = archive.conversations;
+    for m in conversations.iter_mut().flat_map(|c| c.messages.iter_mut()) {
+        keep_tokens_only_as_shown(m);
+    }
+    Ok(conversations)
+}
+
+/// Drop a message's tokens unless they spell its content exactly, at most a few more of them
+/// than its bytes: the window draws the tokens while the model is given the content, so a
+/// shared chat whose tokens say something else would hide from the user what the model reads
+/// (a prompt injection), and a million empty tokens would fill the history. Without its
+/// tokens the message is shown as the model sees it, in plain text.
+fn keep_tokens_only_as_shown(m: &mut ArchivedMessage) {
+    /// A token's text may be empty while a character's bytes arrive (byte-level BPE).
+    const SLACK: usize = 8;
+    let Some(tokens) = &m.tokens else { return };
+    let mut rest = m.content.as_str();
+    let spelled = tokens.len() <= m.content.len() + SLACK
+        && tokens.iter().all(|t| match rest.strip_prefix(t.text.as_str()) {
+            Some(after) => {
+                rest = after;
+                true
+            }
+            None => false,
+        })
+        && rest.is_empty();
+    if !spelled {
+        m.tokens = None;
+    }
 }
