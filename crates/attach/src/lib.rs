@@ -115,6 +115,10 @@ fn pdf_failure(failure: Failure) -> String {
         Failure::TimedOut => format!("reading this PDF took more than {} s and was stopped", PDF_TIME.as_secs()),
         Failure::TooLarge => format!("this PDF holds more than {} of text, more than any context", size(MAX_FILE_BYTES)),
         Failure::Crashed { .. } => DAMAGED.to_string(),
+        // Never read in process instead: the inflation bomb would take the app down with it.
+        Failure::Unavailable(why) => {
+            format!("this PDF is not read: PDFs are read in a separate process with memory and time limits, and {why}")
+        }
     }
 }
 

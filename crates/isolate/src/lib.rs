@@ -6,8 +6,12 @@
 //! aborts the whole process, which no `catch_unwind` can stop. A binary that opts in ([`start`],
 //! the first line of its `main`) runs each job in a child of itself under `RLIMIT_AS` and a
 //! deadline: what exhausts either ends the child, and the caller gets a [`Failure`] to put in
-//! words. Linux only (other systems ignore or lack the limit); there, and when the child cannot
-//! start, [`run`] returns `None` and the caller does the work in process with the bounds it has.
+//! words. Linux only (other systems ignore or lack the limit). Once a binary opted in, work it
+//! cannot isolate (another system, a child that cannot start: a process limit, no free
+//! descriptors, the binary replaced by an upgrade) fails closed as [`Failure::Unavailable`],
+//! which a caller may turn into a refusal (a PDF) or a reasoned choice to work in process (a
+//! template, which has bounds of its own). A binary that did not opt in (a library's tests)
+//! gets `None` from [`run`] and does the work in process.
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -42,6 +46,8 @@ pub enum Failure {
     TooLarge,
     /// The child ended another way (a panic, a signal): its status and its last words.
     Crashed { status: String, said: String },
+    /// No child could run it (this system has none, or it did not start): why.
+    Unavailable(String),
 }
 
 /// The variable that makes a binary a child, and names its worker.
@@ -52,8 +58,10 @@ const WORK_FAILED: i32 = 3;
 /// How much of a child's stderr is kept: its end, where the last words are.
 const MAX_MESSAGE: usize = 4096;
 
-/// The program jobs run in, once a binary opted in.
+/// The program jobs run in, once a binary opted in (on Linux, where its path is known).
 static CHILD: OnceLock<PathBuf> = OnceLock::new();
+/// Whether the binary opted in ([`start`]): from then on no job runs unisolated unasked.
+static OPTED_IN: OnceLock<()> = OnceLock::new();
 
 /// Call first in a binary's `main`, before threads or windows: in a child, do the job on stdin
 /// with the named worker among `workers`, write its output to stdout and exit; otherwise make
@@ -62,6 +70,7 @@ pub fn start(workers: &[&Worker]) {
     if let Some(name) = std::env::var_os(CHILD_VARIABLE) {
         serve(workers, &name.to_string_lossy());
     }
+    let _ = OPTED_IN.set(());
     if !cfg!(target_os = "linux") {
         return;
     }
@@ -78,10 +87,15 @@ pub fn isolated() -> bool {
     CHILD.get().is_some()
 }
 
-/// The job done by `worker` in a child, when this binary opted in and the child starts; `None`
-/// to do it in process. `input` is made only when a child will read it.
+/// The job done by `worker` in a child, when this binary opted in: [`Failure::Unavailable`]
+/// where no child can run it. `None` when the binary did not opt in: do it in process. `input`
+/// is made only when a child will read it.
 pub fn run(worker: &Worker, input: impl FnOnce() -> Vec<u8>) -> Option<Result<Vec<u8>, Failure>> {
-    let program = CHILD.get()?;
+    OPTED_IN.get()?;
+    let Some(program) = CHILD.get() else {
+        let why = "this system cannot run it in a separate process with memory and time limits";
+        return Some(Err(Failure::Unavailable(why.into())));
+    };
     // Made before the child starts: a child is never left unwaited for.
     let input = input();
     let child = Command::new(program)
@@ -93,8 +107,8 @@ pub fn run(worker: &Worker, input: impl FnOnce() -> Vec<u8>) -> Option<Result<Ve
     match child {
         Ok(child) => Some(finish(child, worker, input)),
         Err(e) => {
-            tracing::warn!("the {} child did not start ({e}); working in process", worker.name);
-            None
+            tracing::warn!("the {} child did not start: {e}", worker.name);
+            Some(Err(Failure::Unavailable(format!("the separate process for it could not start ({e})"))))
         }
     }
 }

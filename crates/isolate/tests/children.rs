@@ -33,7 +33,19 @@ static LOUD: Worker = worker("loud", |_| {
 fn main() {
     start(&[&ECHO, &REFUSE, &HOG, &SPIN, &FLOOD, &PANIC, &LOUD]);
     if !cfg!(target_os = "linux") {
-        println!("children are Linux only: nothing to test here");
+        // Opted in without children: fails closed, never runs the job unisolated.
+        assert!(matches!(run(&ECHO, Vec::new), Some(Err(Failure::Unavailable(_)))));
+        println!("children are Linux only: a job is refused as unavailable");
+        return;
+    }
+    if std::env::args().any(|a| a == "--vanish") {
+        // The binary replaced under a running program (an upgrade): no child can start, and the
+        // job fails closed with the reason.
+        std::fs::remove_file(std::env::current_exe().unwrap()).unwrap();
+        match run(&ECHO, || vec![1]) {
+            Some(Err(Failure::Unavailable(why))) => assert!(why.contains("could not start"), "{why}"),
+            other => panic!("a job with no child to run it: {other:?}"),
+        }
         return;
     }
     assert!(specula_isolate::isolated());
@@ -62,5 +74,12 @@ fn main() {
     let started = Instant::now();
     assert_eq!(run(&LOUD, Vec::new), Some(Err(Failure::Failed("damaged".into()))));
     assert!(started.elapsed() < Duration::from_secs(2), "a loud child took {:?}", started.elapsed());
-    println!("children: 7 ways a job ends, each as expected");
+    // The harm (issue 65, item 3): a job whose child could not start ran in process, where
+    // an inflation bomb aborts the program. A copy of this binary deletes itself, then asks.
+    let copy = std::env::temp_dir().join(format!("specula-isolate-vanish-{}", std::process::id()));
+    std::fs::copy(std::env::current_exe().unwrap(), &copy).unwrap();
+    let status = std::process::Command::new(&copy).arg("--vanish").status().unwrap();
+    let _ = std::fs::remove_file(&copy);
+    assert!(status.success(), "the vanished binary's job: {status}");
+    println!("children: 8 ways a job ends, each as expected");
 }

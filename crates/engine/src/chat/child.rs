@@ -79,5 +79,11 @@ pub(super) fn render(job: impl FnOnce() -> Job) -> Option<Result<String>> {
         Err(Failure::Crashed { status, said }) => {
             Err(Error::Template(format!("the template child failed ({status}): {said}")))
         }
+        // A template is rendered under fuel and an output cap in process too: a chat that
+        // cannot start a child still works.
+        Err(Failure::Unavailable(why)) => {
+            tracing::warn!("the chat template is rendered in process: {why}");
+            return None;
+        }
     })
 }
