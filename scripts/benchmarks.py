@@ -74,6 +74,13 @@ SECTIONS = {
         f"{M}; target/release/specula bench --model $T --draft $D --drafter model --k auto --max-tokens 128 --limit 3 --json bench/drafters-model.json",
         "",
     ),
+    "batch-pass.json": (
+        "Several sequences in one pass (the floor of serving callers at once)",
+        f"{M}; target/release/specula speed --model $T --pp 0 --tg 32 --depth 256 --batch 1,2,4,8 --repeat 3 --json bench/batch-pass.json",
+        "N sequences, each with its own 256 tokens read, generating 32 tokens each: one target pass a step over their N rows "
+        "(`Decoder::forward_batch`), against the same N generated in turn, one pass each (how the service serves N callers "
+        "today). Aggregate tokens per second, medians of 3 rounds in alternating order; every sequence's tokens must agree.",
+    ),
     "history.json": (
         "The history pool's cost (the auto drafter's copies from earlier conversations)",
         f"{M}; cargo run --release -p specula-engine --example history_cost -- $T bench/history.json 1000",
@@ -334,6 +341,14 @@ def vocab_table(data: dict) -> str:
     return f"Target step {data['target_step_ms']:.2f} ms.\n\n" + table(header, rows)
 
 
+def batch_table(data: dict) -> str:
+    rows = [[b["sequences"], f"{b['depth']:,}", b["tokens"], f"{b['in_turn_tokens_per_second']:.1f}",
+             f"{b['together_tokens_per_second']:.1f}", f"{b['speedup']:.2f}x", "yes" if b["identical"] else "**no**"]
+            for b in data["batch"]]
+    header = ["sequences", "depth", "tokens each", "in turn tok/s", "together tok/s", "together / in turn", "identical"]
+    return table(header, rows)
+
+
 def history_table(data: dict) -> str:
     rows = [[f"{data['conversations']:,}", f"{data['tokens_kept']:,}", f"{data['bytes'] / 2**20:.1f} MiB (cap {data['cap_bytes'] / 2**20:.0f})",
              f"{data['bytes_per_token_kept']:.1f}", f"{data['remember_ns_per_token']:.0f} ns", f"{data['lookup_us']:.2f} µs",
@@ -506,6 +521,8 @@ def render_file(path: Path) -> str:
         body = imports_table(data)
     elif data.get("kind") == "history":
         body = history_table(data)
+    elif "batch" in data:
+        body = batch_table(data)
     elif "rounds" in data:
         body = llama_tables(data)
     elif "prompts" in data:
