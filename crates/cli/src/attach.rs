@@ -4,6 +4,7 @@
 
 use crate::safe_text::printable;
 use specula_attach::{grouped, Attachment, Kind};
+use specula_engine::tokenizer::TokenCount;
 use specula_engine::{Message, Session};
 
 /// Read the files (any refusal names the file and why).
@@ -16,27 +17,42 @@ pub fn check_fit(session: &Session, messages: &[Message], files: &[Attachment]) 
     if files.is_empty() {
         return Ok(());
     }
+    let context = session.target.info.context;
     let mut counts = Vec::new();
+    let mut over = None;
     for file in files {
-        let tokens = session.target.tokenizer.encode(&file.text).map_err(|e| e.to_string())?.len();
+        // Counted in pieces that stop past the context: a 16 MiB text is refused in the memory
+        // of one piece, not tokenized whole first.
+        let tokens = match session.target.tokenizer.count_within(&file.text, context).map_err(|e| e.to_string())? {
+            TokenCount::Exact(n) => grouped(n),
+            TokenCount::MoreThan(n) => {
+                over = Some(n);
+                format!("more than {}", grouped(n))
+            }
+        };
         let what = match file.kind {
             Kind::Pdf { pages } => format!("PDF, {pages} pages"),
             Kind::Text { .. } => "text".to_string(),
         };
-        let line = format!("{}: {what}, {}, {} tokens", file.name, specula_attach::size(file.bytes), grouped(tokens));
+        let line = format!("{}: {what}, {}, {tokens} tokens", file.name, specula_attach::size(file.bytes));
         eprintln!("Attached {}", printable(&line));
-        counts.push(format!("{} {} tokens", file.name, grouped(tokens)));
+        counts.push(format!("{} {tokens} tokens", file.name));
+    }
+    if let Some(n) = over {
+        return Err(too_long(&format!("more than {}", grouped(n)), &counts, context));
     }
     let prompt = session.chat_prompt(messages, &[]).map_err(|e| e.to_string())?.len();
-    let context = session.target.info.context;
     if prompt >= context {
-        return Err(printable(&format!(
-            "the message with its files is {} tokens ({}), and the context holds {}: attach less, or a part of the file",
-            grouped(prompt),
-            counts.join(", "),
-            grouped(context)
-        ))
-        .into_owned());
+        return Err(too_long(&grouped(prompt), &counts, context));
     }
     Ok(())
+}
+
+fn too_long(prompt: &str, counts: &[String], context: usize) -> String {
+    printable(&format!(
+        "the message with its files is {prompt} tokens ({}), and the context holds {}: attach less, or a part of the file",
+        counts.join(", "),
+        grouped(context)
+    ))
+    .into_owned()
 }

@@ -124,3 +124,18 @@ fn token_bytes_spell_the_text_and_mark_control_tokens() {
         assert_eq!(bytes[end as usize][0], 0xFF, "{name}: {:?}", tokenizer.vocab()[end as usize]);
     }
 }
+
+#[test]
+fn a_long_text_is_counted_in_pieces_and_refused_past_the_limit() {
+    use specula_engine::tokenizer::TokenCount;
+    let gguf = specula_engine::gguf::GgufFile::open(model(TARGET)).unwrap();
+    let tokenizer = specula_engine::Tokenizer::from_gguf(&gguf).unwrap();
+    let short = "fn main() { println!(\"hi\"); }\n".repeat(20);
+    let exact = tokenizer.encode_literal(&short).unwrap().len();
+    assert_eq!(tokenizer.count_within(&short, exact).unwrap(), TokenCount::Exact(exact));
+    assert_eq!(tokenizer.count_within(&short, exact - 1).unwrap(), TokenCount::MoreThan(exact - 1));
+    // 2 MiB of prose: far past a 32k context, refused from its first pieces.
+    let long = "The keeper logs the weather at dawn, noon and dusk.\n".repeat(2 << 20 >> 6);
+    assert!(long.len() > 2 * specula_engine::tokenizer::COUNT_PIECE);
+    assert_eq!(tokenizer.count_within(&long, 32_768).unwrap(), TokenCount::MoreThan(32_768));
+}

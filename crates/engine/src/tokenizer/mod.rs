@@ -114,6 +114,29 @@ impl Tokenizer {
         Ok(encoding.get_ids().to_vec())
     }
 
+    /// How many tokens `text` a user wrote takes (as [`Self::encode_literal`] counts), exactly
+    /// when that is at most `limit`. A long text is counted in pieces of [`COUNT_PIECE`] bytes
+    /// cut after a newline, and the count stops once it passes `limit`: a 16 MiB file is
+    /// refused for a context of 32k tokens in the memory of one piece, where tokenizing it whole
+    /// took about 190 bytes per byte of text. The pieces' sum may differ from the whole's by a
+    /// token or two a piece, so a text near `limit` is counted whole.
+    pub fn count_within(&self, text: &str, limit: usize) -> Result<TokenCount> {
+        if text.len() > COUNT_PIECE {
+            let mut counted = 0;
+            for piece in pieces(text, COUNT_PIECE) {
+                counted += self.encode_literal(piece)?.len();
+                if counted > limit.saturating_add(limit / 16 + 16) {
+                    return Ok(TokenCount::MoreThan(counted.min(limit)));
+                }
+            }
+        }
+        let exact = self.encode_literal(text)?.len();
+        Ok(match exact <= limit {
+            true => TokenCount::Exact(exact),
+            false => TokenCount::MoreThan(limit),
+        })
+    }
+
     /// The texts of the special tokens (`<|im_end|>`), for defusing them in user text.
     pub fn special_texts(&self) -> impl Iterator<Item = &str> + '_ {
         self.tokens.iter().map(String::as_str).filter(|t| self.inner.get_added_vocabulary().is_special_token(t))
@@ -379,4 +402,53 @@ pub fn check_vocabularies(t: &[String], d: &[String]) -> Result<()> {
 /// when the next begins the same way.
 pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// What [`Tokenizer::count_within`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenCount {
+    /// The text's tokens, at most the limit.
+    Exact(usize),
+    /// More tokens than the limit; counting stopped here.
+    MoreThan(usize),
+}
+
+/// The bytes of text [`Tokenizer::count_within`] tokenizes at a time.
+pub const COUNT_PIECE: usize = 64 << 10;
+
+/// `text` in pieces of at most about `size` bytes, each ending after a newline where one is
+/// near (tokens rarely span lines), else at a character boundary.
+fn pieces(text: &str, size: usize) -> impl Iterator<Item = &str> {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut end = rest.len().min(size);
+        while !rest.is_char_boundary(end) {
+            end -= 1;
+        }
+        if end < rest.len() {
+            if let Some(newline) = rest.as_bytes()[end / 2..end].iter().rposition(|&b| b == b'\n') {
+                end = end / 2 + newline + 1;
+            }
+        }
+        let (piece, after) = rest.split_at(end.max(1).min(rest.len()));
+        rest = after;
+        Some(piece)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_cover_the_text_end_after_newlines_and_never_split_a_character() {
+        let text = "ünïcödé line\n".repeat(1000) + &"é".repeat(3000);
+        let parts: Vec<&str> = pieces(&text, 1000).collect();
+        assert_eq!(parts.concat(), text);
+        assert!(parts.iter().all(|p| p.len() <= 1000 && !p.is_empty()));
+        assert!(parts[..10].iter().all(|p| p.ends_with('\n')), "cut after a newline where one is near");
+    }
 }
