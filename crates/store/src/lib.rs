@@ -792,16 +792,17 @@ const ADDED_COLUMNS: [(&str, &str, &str); 9] = [
 
 fn add_missing_columns(conn: &Connection) -> Result<()> {
     for (table, column, declaration) in ADDED_COLUMNS {
-        let present: bool = conn.query_row(
-            "SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = ?2",
-            params![table, column],
-            |r| r.get(0),
-        )?;
-        if !present {
+        if !has_column(conn, table, column)? {
             conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {declaration}"))?;
         }
     }
     Ok(())
+}
+
+fn has_column(conn: &Connection, table: &str, column: &str) -> Result<bool> {
+    Ok(conn.query_row("SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = ?2", params![table, column], |r| {
+        r.get(0)
+    })?)
 }
 
 /// `PRAGMA user_version` of a history whose messages form trees.
@@ -833,12 +834,7 @@ fn up_to_date(conn: &Connection) -> Result<bool> {
         }
     }
     for (table, column, _) in ADDED_COLUMNS {
-        let present: bool = conn.query_row(
-            "SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = ?2",
-            params![table, column],
-            |r| r.get(0),
-        )?;
-        if !present {
+        if !has_column(conn, table, column)? {
             return Ok(false);
         }
     }

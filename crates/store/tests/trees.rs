@@ -207,17 +207,22 @@ fn a_chat_deleted_and_imported_again_from_a_backup_is_back() {
     assert_eq!(shown(&store, imported.conversations[0]), ["keep me"]);
 }
 
-#[test]
-fn a_history_of_a_newer_release_is_refused_and_left_untouched() {
-    // The harm (issue 65, item 5): this release opened a history a newer release had marked
-    // and wrote to it without a word; statements written for another format can delete
-    // branches.
+/// A history file with one conversation of one message, closed.
+fn history_with_one_message() -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("specula.db");
     let mut store = Store::open(&path).unwrap();
     let c = store.create_conversation().unwrap().id;
     store.add_message(c, Role::User, "kept", None).unwrap();
-    drop(store);
+    (dir, path)
+}
+
+#[test]
+fn a_history_of_a_newer_release_is_refused_and_left_untouched() {
+    // The harm (issue 65, item 5): this release opened a history a newer release had marked
+    // and wrote to it without a word; statements written for another format can delete
+    // branches.
+    let (_dir, path) = history_with_one_message();
     let raw = rusqlite::Connection::open(&path).unwrap();
     raw.execute_batch("PRAGMA user_version = 99; PRAGMA wal_checkpoint(TRUNCATE);").unwrap();
     drop(raw);
@@ -233,12 +238,7 @@ fn a_history_of_a_newer_release_is_refused_and_left_untouched() {
 fn a_history_opens_for_reading_while_another_process_writes_to_it() {
     // The harm (issue 65, item 9): every open took the write lock, so `specula chats list`
     // failed while an import wrote, and the app started during a long import ran in memory.
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("specula.db");
-    let mut store = Store::open(&path).unwrap();
-    let c = store.create_conversation().unwrap().id;
-    store.add_message(c, Role::User, "kept", None).unwrap();
-    drop(store);
+    let (_dir, path) = history_with_one_message();
     let writer = rusqlite::Connection::open(&path).unwrap();
     writer.execute_batch("BEGIN IMMEDIATE; INSERT INTO settings (key, value) VALUES ('import', '1');").unwrap();
     let reader = Store::open(&path).expect("opened while another process holds the write lock");
