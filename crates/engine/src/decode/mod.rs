@@ -1,5 +1,10 @@
 //! Decoding, and the pieces both loops share (plain here, speculative in `crate::speculative`):
 //! the sink a reply goes to, the cached model, committing tokens to a reply.
+//!
+//! Invariant: a [`CachedModel`]'s ids are exactly the positions its model's live sequence
+//! holds; a sequence parked in the prompt cache or written to disk is kept with the ids it
+//! was fed, and is resumed only for a prompt those ids begin (on disk, only once the file's
+//! seal holds).
 
 mod cached;
 pub mod disk_cache;

@@ -1,5 +1,12 @@
 //! Causal language models: the [`CausalLm`] contract, one file per architecture, and loading
 //! from a GGUF file.
+//!
+//! Invariant: a model's weights never change while it runs; what a conversation leaves in it
+//! is a [`crate::sequence::Sequence`] apart from them. [`decoder::Decoder`] runs any number of
+//! sequences through `&self`, several in one pass (`forward_batch`) with each sequence's bits
+//! those of its pass alone; [`decoder::LiveDecoder`], the weights and the one sequence they
+//! run now, is the [`CausalLm`] the decoding loops drive, and parks and takes up sequences by
+//! move.
 
 pub mod decoder;
 pub mod gemma3;

@@ -121,7 +121,7 @@ impl Sequence {
     }
 
     /// This sequence, ready to be parked: moved as it is, or copied into buffers of its size
-    /// where more than [`PARKED_SLACK`] of them would be idle room (and memory allows).
+    /// where more than a quarter of them would be idle room (and memory allows).
     pub fn parked(self) -> Self {
         let live = self.layers.iter().map(|c| c.len() as f64).sum::<f64>();
         let allocated = self.layers.iter().map(|c| c.allocated() as f64).sum::<f64>();
