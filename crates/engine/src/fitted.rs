@@ -7,9 +7,10 @@
 use crate::chat::fit::{fit_chat, Fitted};
 use crate::chat::{Message, RenderOptions};
 use crate::decode::{Flow, GenerateOptions, Generation, StepEvent, TokenEvent, TokenSink};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::session::{Decoding, Session};
 use crate::thinking::{prompt_opens_thinking, Thinking};
+use crate::tokenizer::TokenCount;
 use specula_protocol::{FinishReason, Overflow, SpeculativeStats, Trim};
 
 /// What a reply answers.
@@ -41,6 +42,9 @@ impl Session {
     ) -> Result<Generation> {
         let capacity = self.target.model.capacity();
         let room = options.max_tokens.clamp(1, (capacity / 4).max(1));
+        if overflow == Overflow::Stop {
+            self.refuse_a_message_past_the_context(to, capacity, room)?;
+        }
         let marker = self.target.tokenizer.encode_literal(CUT_MARKER)?;
         let first = self.fit(to, overflow, capacity.saturating_sub(room), &marker, &[])?;
         // A chat reply may think first; a prompt given as tokens is continued as it is.
@@ -99,6 +103,20 @@ impl Session {
             reply.stats.trimmed = next.trim;
         }
         Ok(reply)
+    }
+
+    /// Refuse, before the prompt is rendered and tokenized whole, a chat one of whose messages
+    /// is longer than the context by itself (under `stop`, where nothing would be cut): a 7.5
+    /// MiB message to the server took it from 583 MiB to a 2,164 MiB peak to be refused. Each
+    /// long message is counted in pieces that stop past the context.
+    fn refuse_a_message_past_the_context(&self, to: ReplyTo, capacity: usize, room: usize) -> Result<()> {
+        let ReplyTo::Chat { messages, .. } = to else { return Ok(()) };
+        for message in messages.iter().filter(|m| m.content.len() > crate::tokenizer::COUNT_PIECE) {
+            if let TokenCount::MoreThan(counted) = self.target.tokenizer.count_within(&message.content, capacity)? {
+                return Err(Error::ContextOverflow { prompt_tokens: counted, context: capacity, reserve: room });
+            }
+        }
+        Ok(())
     }
 
     /// The prompt of `to` in `budget` tokens, followed by `so_far` (a reply being continued).

@@ -117,3 +117,23 @@ fn a_prompt_too_long_is_refused_under_stop_and_fitted_under_truncate_middle() {
     let g = session.reply(to, Overflow::Rolling, &options, decoding, &mut Heard::default()).unwrap();
     assert_eq!(g.stats.trimmed, Some(Trim { first: 0, messages: 2, tokens: 0 }));
 }
+
+#[test]
+fn a_message_longer_than_the_context_by_itself_is_refused_before_the_prompt_is_tokenized() {
+    // The harm (issue 65, item 2): a 7.5 MiB message was rendered and tokenized whole (about
+    // 190 bytes of memory a byte) before it was refused. Counted in pieces, it is refused
+    // at once; under truncate-middle it is still fitted.
+    let mut session = Session::load(model(SMOLLM), &device(), CONTEXT).unwrap();
+    let long = "The quick brown fox jumps over the lazy dog.\n".repeat(4 << 20 >> 5);
+    assert!(long.len() > 4 << 20);
+    let messages = vec![Message::user(long)];
+    let render = Default::default();
+    let to = ReplyTo::Chat { messages: &messages, tools: &[], render: &render };
+    let options = GenerateOptions { max_tokens: 4, sampling: SamplingParams::greedy(), ..Default::default() };
+    let decoding = Decoding { drafter: DrafterKind::None, k: KSetting::Fixed(1) };
+    let started = std::time::Instant::now();
+    let err = session.reply(to, Overflow::Stop, &options, decoding, &mut Heard::default()).unwrap_err();
+    assert_eq!(err.code(), "context_overflow", "{err}");
+    assert!(err.to_string().contains("maximum context length is 256 tokens"), "{err}");
+    eprintln!("refused in {:?}", started.elapsed());
+}
