@@ -19,15 +19,15 @@ pub fn check_fit(session: &Session, messages: &[Message], files: &[Attachment]) 
     }
     let context = session.target.info.context;
     let mut counts = Vec::new();
-    let mut over = None;
+    let mut over = false;
     for file in files {
         // Counted in pieces that stop past the context: a 16 MiB text is refused in the memory
         // of one piece, not tokenized whole first.
         let tokens = match session.target.tokenizer.count_within(&file.text, context).map_err(|e| e.to_string())? {
             TokenCount::Exact(n) => grouped(n),
-            TokenCount::MoreThan(n) => {
-                over = Some(n);
-                format!("more than {}", grouped(n))
+            TokenCount::MoreThan(_) => {
+                over = true;
+                format!("more than {}", grouped(context))
             }
         };
         let what = match file.kind {
@@ -38,8 +38,8 @@ pub fn check_fit(session: &Session, messages: &[Message], files: &[Attachment]) 
         eprintln!("Attached {}", printable(&line));
         counts.push(format!("{} {tokens} tokens", file.name));
     }
-    if let Some(n) = over {
-        return Err(too_long(&format!("more than {}", grouped(n)), &counts, context));
+    if over {
+        return Err(too_long(&format!("more than {}", grouped(context)), &counts, context));
     }
     let prompt = session.chat_prompt(messages, &[]).map_err(|e| e.to_string())?.len();
     if prompt >= context {

@@ -126,14 +126,14 @@ impl Tokenizer {
             for piece in pieces(text, COUNT_PIECE) {
                 counted += self.encode_literal(piece)?.len();
                 if counted > limit.saturating_add(limit / 16 + 16) {
-                    return Ok(TokenCount::MoreThan(counted.min(limit)));
+                    return Ok(TokenCount::MoreThan(counted));
                 }
             }
         }
         let exact = self.encode_literal(text)?.len();
         Ok(match exact <= limit {
             true => TokenCount::Exact(exact),
-            false => TokenCount::MoreThan(limit),
+            false => TokenCount::MoreThan(exact),
         })
     }
 
@@ -409,7 +409,7 @@ pub fn common_prefix(a: &[u32], b: &[u32]) -> usize {
 pub enum TokenCount {
     /// The text's tokens, at most the limit.
     Exact(usize),
-    /// More tokens than the limit; counting stopped here.
+    /// More tokens than the limit: those counted before counting stopped (about a lower bound).
     MoreThan(usize),
 }
 
