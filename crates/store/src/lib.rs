@@ -4,6 +4,7 @@
 //! appends its tokens (with provenance, p and q) in one transaction every tenth of a second,
 //! so a crash mid-reply loses at most that. WAL journaling keeps those small writes cheap.
 
+use rusqlite::functions::FunctionFlags;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::{de::DeserializeOwned, Serialize};
 use specula_protocol::{AppSettings, ErrorCode, ErrorInfo, GenerationStats, Overflow, Role, TokenEvent, ToolCard};
@@ -300,6 +301,8 @@ impl Store {
         // holds its lock for a moment: wait that moment out rather than fail at once.
         conn.busy_timeout(BUSY_TIMEOUT)?;
         refuse_newer_release(&conn)?;
+        // This release's mark: the guard on deleting messages passes only where it is defined.
+        conn.create_scalar_function(MAY_DELETE, 0, FunctionFlags::SQLITE_DETERMINISTIC, |_| Ok(1))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         // A streaming reply commits its tokens ten times a second. With WAL, NORMAL syncs at
         // checkpoints only: a crash of the app still loses nothing committed (the WAL is in the
@@ -805,6 +808,14 @@ fn has_column(conn: &Connection, table: &str, column: &str) -> Result<bool> {
     })?)
 }
 
+/// A trigger that stops releases from before trees deleting messages: their Regenerate and
+/// Edit deleted what followed a message, which in a tree is other branches (6 of 7 messages
+/// in the issue's reproduction). It calls [`MAY_DELETE`], a function only this release (and
+/// later ones) defines on its connections: an older release's delete fails to prepare
+/// ("no such function") and deletes nothing, while this release's own deletes pass.
+const DELETE_GUARD: &str = "messages_kept_from_older_releases";
+const MAY_DELETE: &str = "specula_may_delete";
+
 /// `PRAGMA user_version` of a history whose messages form trees.
 const TREES: i64 = 2;
 
@@ -828,8 +839,9 @@ fn up_to_date(conn: &Connection) -> Result<bool> {
             return Ok(false);
         }
     }
-    for index in ["messages_by_parent", "conversations_by_uid"] {
-        if !has("index", index)? {
+    for (kind, name) in [("index", "messages_by_parent"), ("index", "conversations_by_uid"), ("trigger", DELETE_GUARD)]
+    {
+        if !has(kind, name)? {
             return Ok(false);
         }
     }
@@ -883,11 +895,13 @@ fn migrate_to_trees(conn: &Connection) -> Result<()> {
              PRAGMA user_version = {TREES};"
         ))?;
     }
-    tx.execute_batch(
+    tx.execute_batch(&format!(
         "UPDATE conversations SET uid = 'specula:' || lower(hex(randomblob(16))) WHERE uid IS NULL;
          CREATE INDEX IF NOT EXISTS messages_by_parent ON messages(parent_id);
-         CREATE UNIQUE INDEX IF NOT EXISTS conversations_by_uid ON conversations(uid);",
-    )?;
+         CREATE UNIQUE INDEX IF NOT EXISTS conversations_by_uid ON conversations(uid);
+         CREATE TRIGGER IF NOT EXISTS {DELETE_GUARD} BEFORE DELETE ON messages WHEN {MAY_DELETE}() IS NULL
+         BEGIN SELECT RAISE(ABORT, 'a newer release of Specula keeps this history: its messages are not deleted'); END;"
+    ))?;
     tx.commit()?;
     Ok(())
 }

@@ -245,3 +245,30 @@ fn a_history_opens_for_reading_while_another_process_writes_to_it() {
     assert_eq!(reader.conversations("").unwrap().len(), 1);
     writer.execute_batch("COMMIT").unwrap();
 }
+
+#[test]
+fn an_older_release_cannot_delete_the_messages_of_this_releases_tree() {
+    // The harm (issue 65, item 5): the previous release's Regenerate SQL, run on this
+    // release's tree, deleted 6 of 7 messages across branches.
+    let (_dir, path) = history_with_one_message();
+    let mut store = Store::open(&path).unwrap();
+    let c = store.conversations("").unwrap()[0].id;
+    for text in ["a1", "q2", "a2"] {
+        store.add_message(c, Role::User, text, None).unwrap();
+    }
+    drop(store);
+    // A connection without this release's functions, as an older release opens the file.
+    let older = rusqlite::Connection::open(&path).unwrap();
+    let refused = older.execute("DELETE FROM messages WHERE conversation_id = ?1 AND id > 1", [c]).unwrap_err();
+    assert!(refused.to_string().contains("specula_may_delete"), "{refused}");
+    let refused = older.execute("DELETE FROM conversations WHERE id = ?1", [c]).unwrap_err();
+    assert!(refused.to_string().contains("specula_may_delete"), "{refused}");
+    let count: i64 = older.query_row("SELECT COUNT(*) FROM messages", [], |r| r.get(0)).unwrap();
+    assert_eq!(count, 4, "nothing deleted");
+    drop(older);
+    // This release still deletes for good what the user deleted.
+    let mut store = Store::open(&path).unwrap();
+    let last = store.conversation(c).unwrap().messages.last().unwrap().id;
+    store.delete_message(c, last).unwrap();
+    assert_eq!(store.purge_deleted().unwrap(), 1);
+}
