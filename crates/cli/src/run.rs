@@ -111,6 +111,11 @@ pub struct ServeArgs {
     /// Requests queued or running before new ones get 503 with Retry-After.
     #[arg(long, default_value_t = 32)]
     max_queue: usize,
+    /// Replies decoded at once, their target (and draft) passes taken together; each is token
+    /// for token the reply it would get alone. Fewer when memory cannot hold that many full
+    /// contexts; 1 on a GPU. 1: one at a time, the others queued.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    parallel: u16,
     /// Connections served at once; more wait.
     #[arg(long, default_value_t = 256)]
     max_connections: usize,
@@ -347,6 +352,7 @@ pub fn serve(args: ServeArgs) -> CliResult {
     let model_id = args.model.model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     let engine = ServiceConfig {
         max_queue: args.max_queue,
+        parallel: args.parallel.into(),
         default_k: args.k,
         default_drafter: args.model.drafter,
         prompt_cache_bytes: args.cache_ram.map(|mib| mib << 20),

@@ -28,6 +28,7 @@ pub mod sequence;
 pub mod service;
 pub mod session;
 pub mod speculative;
+pub mod step;
 pub mod stop;
 #[cfg(feature = "synth")]
 pub mod synth;
@@ -67,8 +68,9 @@ pub const DEFAULT_DRAFT_VOCAB: Option<usize> = Some(65536);
 /// Everything one GGUF file gives: the model, its tokenizer and its chat template.
 pub struct LoadedModel {
     pub model: CachedModel,
-    pub tokenizer: Tokenizer,
-    pub template: ChatTemplate,
+    /// Shared by the replies running at once on these weights.
+    pub tokenizer: std::sync::Arc<Tokenizer>,
+    pub template: std::sync::Arc<ChatTemplate>,
     pub info: ModelInfo,
 }
 
@@ -97,7 +99,7 @@ impl LoadedModel {
         // A saved state is of one KV format and one device's arithmetic: others get another key.
         let variant = format!("kv-{}-{}", kv_format.as_str(), device::describe(device));
         model.set_file_key(decode::disk_cache::model_key(path, &variant).ok());
-        Ok(Self { model, tokenizer, template, info })
+        Ok(Self { model, tokenizer: tokenizer.into(), template: template.into(), info })
     }
 
     /// The prompt for a chat, `tools` (OpenAI's function definitions) rendered by the template.

@@ -73,7 +73,8 @@ pub struct Session {
     draft: Option<(DraftModel, ModelInfo)>,
     lookup: PromptLookup,
     /// Earlier conversations, for the auto drafter's copies: only what the owner remembers.
-    history: History,
+    /// Shared with the sessions made by [`Self::share`] as it was then; copied on write.
+    history: std::sync::Arc<History>,
     /// What each drafter's steps have cost so far, kept across replies.
     costs: std::collections::HashMap<DrafterKind, CostModel>,
     /// Memory for earlier prompts' caches, the target's and the draft's together.
@@ -96,7 +97,7 @@ pub const HISTORY_BYTES: usize = 64 << 20;
 
 impl Session {
     pub fn new(target: LoadedModel) -> Self {
-        let history = History::new(HISTORY_BYTES);
+        let history = std::sync::Arc::new(History::new(HISTORY_BYTES));
         let costs = Default::default();
         Self {
             target,
@@ -144,7 +145,52 @@ impl Session {
     /// Keep `tokens` (a message, a reply) for the auto drafter to copy from in later replies.
     /// Decoding remembers nothing by itself: the owner decides what a user's history is.
     pub fn remember(&mut self, tokens: &[u32]) {
-        self.history.remember(tokens);
+        std::sync::Arc::make_mut(&mut self.history).remember(tokens);
+    }
+
+    /// Draft copies from `other`'s history from now on (the one the owner keeps up to date).
+    pub fn share_history(&mut self, other: &Session) {
+        self.history = other.history.clone();
+    }
+
+    /// Another session on the same weights, for a reply on another thread: its own sequences
+    /// (empty at first), drafter state and measured costs, the same prompt caches and history,
+    /// its passes taken with the other replies' in `step`. Loads and settings are made on the
+    /// session it was made from, and sessions made before a change are made again.
+    pub fn share(&self, step: Option<std::sync::Arc<crate::step::Step>>) -> Result<Session> {
+        let target = LoadedModel {
+            model: self.target.model.share(step.clone())?,
+            tokenizer: self.target.tokenizer.clone(),
+            template: self.target.template.clone(),
+            info: self.target.info.clone(),
+        };
+        let draft = match &self.draft {
+            Some((draft, info)) => Some((draft.share(step)?, info.clone())),
+            None => None,
+        };
+        Ok(Session {
+            target,
+            draft,
+            lookup: PromptLookup::default(),
+            history: self.history.clone(),
+            costs: self.costs.clone(),
+            prompt_cache_bytes: self.prompt_cache_bytes,
+            disk_cache: self.disk_cache.clone(),
+        })
+    }
+
+    /// Bytes one more reply's sequences take once they fill the context (target and draft).
+    pub fn sequence_bytes(&self) -> usize {
+        let draft = self.draft.as_ref().map_or(0, |(draft, _)| draft.sequence_bytes());
+        self.target.model.model().sequence_bytes() + draft
+    }
+
+    /// Take the models' passes with other replies' in `step` from now on (`None`: alone).
+    pub fn set_step(&mut self, step: Option<std::sync::Arc<crate::step::Step>>) {
+        self.target.model.set_step(step.clone());
+        if let Some((draft, _)) = &mut self.draft {
+            draft.set_step(step);
+        }
     }
 
     pub fn history(&self) -> &History {

@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::models::{CausalLm, SavedState};
 use crate::tokenizer::common_prefix;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Fewer tokens than this are read again rather than restored: a few tokens' prefill costs
 /// less than the copy of a shared prefix a parked sequence is left for (or, from disk, the read).
@@ -17,10 +18,11 @@ const MIN_RESUME_GAIN: usize = 64;
 pub struct CachedModel {
     model: Box<dyn CausalLm>,
     ids: Vec<u32>,
-    /// Sequences it held before, to resume from (off until given a budget).
-    prompts: PromptCache,
-    /// Sequences kept on disk across restarts (off until given a folder).
-    disk: Option<DiskCache>,
+    /// Sequences it held before, to resume from (off until given a budget); shared with the
+    /// models made by [`Self::share`], so a chat resumes in whichever reply takes it up.
+    prompts: Arc<Mutex<PromptCache>>,
+    /// Sequences kept on disk across restarts (off until given a folder); shared likewise.
+    disk: Arc<Mutex<Option<DiskCache>>>,
     /// Where and how much: the folder and its cap.
     disk_place: Option<(PathBuf, u64)>,
     /// The model file's key ([`super::disk_cache::model_key`]); none: nothing goes to disk.
@@ -34,8 +36,8 @@ impl CachedModel {
         Self {
             model,
             ids: Vec::new(),
-            prompts: PromptCache::new(0),
-            disk: None,
+            prompts: Arc::new(Mutex::new(PromptCache::new(0))),
+            disk: Arc::new(Mutex::new(None)),
             disk_place: None,
             file_key: None,
             output_variant: "all".into(),
@@ -55,12 +57,34 @@ impl CachedModel {
         self.open_disk();
     }
 
-    pub fn disk_cache(&self) -> Option<&DiskCache> {
-        self.disk.as_ref()
+    /// The same weights with an empty sequence of their own and the same prompt caches, its
+    /// passes taken with other replies' in `step`: a model for a reply on another thread.
+    pub fn share(&self, step: Option<Arc<crate::step::Step>>) -> Result<Self> {
+        let Some(model) = self.model.share(step) else {
+            return Err(Error::InvalidSetting("this model cannot serve several replies at once".into()));
+        };
+        Ok(Self {
+            model,
+            ids: Vec::new(),
+            prompts: self.prompts.clone(),
+            disk: self.disk.clone(),
+            disk_place: self.disk_place.clone(),
+            file_key: self.file_key.clone(),
+            output_variant: self.output_variant.clone(),
+        })
+    }
+
+    /// Take passes with other replies' in `step` from now on (`None`: alone).
+    pub fn set_step(&mut self, step: Option<Arc<crate::step::Step>>) {
+        self.model.set_step(step);
+    }
+
+    pub fn disk_cache(&self) -> MutexGuard<'_, Option<DiskCache>> {
+        lock(&self.disk)
     }
 
     fn open_disk(&mut self) {
-        self.disk = match (&self.disk_place, &self.file_key) {
+        *lock(&self.disk) = match (&self.disk_place, &self.file_key) {
             (Some((root, bytes)), Some(key)) => {
                 match DiskCache::open(root, &format!("{key}-{}", self.output_variant), *bytes) {
                     Ok(disk) => Some(disk),
@@ -79,7 +103,8 @@ impl CachedModel {
     /// worth it; whether it was written. For the owner to call when nothing waits (a long
     /// chat is a few hundred MB).
     pub fn persist(&mut self) -> Result<bool> {
-        let Some(disk) = &mut self.disk else { return Ok(false) };
+        let mut disk = lock(&self.disk);
+        let Some(disk) = disk.as_mut() else { return Ok(false) };
         if self.ids.len() < super::prompt_cache::MIN_SAVED_TOKENS || disk.holds(&self.ids) {
             return Ok(false);
         }
@@ -97,11 +122,11 @@ impl CachedModel {
 
     /// Keep up to `bytes` of earlier sequences' caches to resume from (0: none).
     pub fn set_prompt_cache(&mut self, bytes: usize) {
-        self.prompts.set_budget(bytes);
+        lock(&self.prompts).set_budget(bytes);
     }
 
-    pub fn prompt_cache(&self) -> &PromptCache {
-        &self.prompts
+    pub fn prompt_cache(&self) -> MutexGuard<'_, PromptCache> {
+        lock(&self.prompts)
     }
 
     pub fn model(&self) -> &dyn CausalLm {
@@ -132,7 +157,7 @@ impl CachedModel {
     /// Score only `ids` from now on (`None`: every token); whether the model could.
     pub fn restrict_output(&mut self, ids: Option<&[u32]>) -> Result<bool> {
         // Saved sequences carry the output layer's state of their time: not this one's.
-        self.prompts.clear();
+        lock(&self.prompts).clear();
         let done = self.model.restrict_output(ids)?;
         self.output_variant = match ids {
             Some(ids) => {
@@ -186,8 +211,8 @@ impl CachedModel {
         let here = common_prefix(&self.ids, context);
         // Taken out before the outgoing sequence is kept, so keeping it cannot evict this one;
         // the live cache holds it from then on.
-        let resumed = self.prompts.take_best(context, here + MIN_RESUME_GAIN);
-        let parked = match here < self.ids.len() && self.prompts.wants(&self.ids) {
+        let resumed = lock(&self.prompts).take_best(context, here + MIN_RESUME_GAIN);
+        let parked = match here < self.ids.len() && lock(&self.prompts).wants(&self.ids) {
             true => self.park(),
             false => None,
         };
@@ -200,7 +225,7 @@ impl CachedModel {
             }
         }
         if let Some((ids, state)) = parked {
-            self.prompts.keep(ids, state);
+            lock(&self.prompts).keep(ids, state);
         }
         Ok(common_prefix(&self.ids, context))
     }
@@ -244,7 +269,8 @@ impl CachedModel {
     /// The saved sequence on disk sharing the most (at least `at_least`) of `context`, read
     /// and checked; a file that fails is ignored (and removed).
     fn resume_from_disk(&mut self, context: &[u32], at_least: usize) -> Option<(Vec<u32>, SavedState)> {
-        let disk = self.disk.as_mut()?;
+        let mut disk = lock(&self.disk);
+        let disk = disk.as_mut()?;
         let (entry, _) = disk.best(context, at_least, self.model.capacity())?;
         let (model, positions) = (&self.model, entry.ids.len());
         let state = disk.load(&entry, &mut |input| {
@@ -264,6 +290,12 @@ impl CachedModel {
         self.ids.extend_from_slice(tokens);
         Ok(logits.to_vec2()?)
     }
+}
+
+/// A lock on what replies share; a reply that panicked while holding it left it whole (each
+/// use is one call on it).
+fn lock<T>(shared: &Mutex<T>) -> MutexGuard<'_, T> {
+    shared.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Check the prompt fits with room to generate at least one token.

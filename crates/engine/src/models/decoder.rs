@@ -14,8 +14,10 @@ use crate::error::{Error, Result};
 use crate::kv_cache::{KvCache, KvFormat, KvSnapshot};
 use crate::quant::QLinear;
 use crate::sequence::{Conversation, Sequence};
+use crate::step::Step;
 use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Device, Tensor};
+use std::sync::Arc;
 
 /// How rotary embeddings pair the dimensions of a head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -323,7 +325,7 @@ impl Decoder {
     /// These weights with an empty sequence to run.
     pub fn live(self) -> Result<LiveDecoder> {
         let sequence = self.new_sequence()?;
-        Ok(LiveDecoder { decoder: self, sequence })
+        Ok(LiveDecoder { decoder: Arc::new(self), sequence, step: None })
     }
 
     pub fn config(&self) -> &DecoderConfig {
@@ -660,10 +662,13 @@ impl PrunedHead {
 }
 
 /// A decoder and the one sequence it runs now: the [`CausalLm`] the decoding loops drive. A
-/// parked sequence leaves by move and comes back by move.
+/// parked sequence leaves by move and comes back by move. Its passes run alone, or with other
+/// replies' in a [`Step`] (the weights shared, each reply its own `LiveDecoder`).
 pub struct LiveDecoder {
-    decoder: Decoder,
+    decoder: Arc<Decoder>,
+    /// Empty of layers (no allocation) after a park, until the next pass needs one.
     sequence: Sequence,
+    step: Option<Arc<Step>>,
 }
 
 impl LiveDecoder {
@@ -675,15 +680,27 @@ impl LiveDecoder {
     pub fn sequence(&self) -> &Sequence {
         &self.sequence
     }
+
+    fn run(&mut self, tokens: &[u32], all_positions: bool) -> Result<Tensor> {
+        if self.sequence.layers().is_empty() {
+            // Parked away: a fresh sequence only once one is needed (a fork or a restore
+            // usually comes first and brings its own).
+            self.sequence = self.decoder.new_sequence()?;
+        }
+        match &self.step {
+            Some(step) => step.forward(&self.decoder, &mut self.sequence, tokens, all_positions),
+            None => self.decoder.forward(&mut self.sequence, tokens, all_positions),
+        }
+    }
 }
 
 impl CausalLm for LiveDecoder {
     fn forward(&mut self, tokens: &[u32]) -> Result<Tensor> {
-        self.decoder.forward(&mut self.sequence, tokens, true)
+        self.run(tokens, true)
     }
 
     fn forward_last(&mut self, tokens: &[u32]) -> Result<Tensor> {
-        self.decoder.forward(&mut self.sequence, tokens, false)
+        self.run(tokens, false)
     }
 
     fn truncate(&mut self, len: usize) {
@@ -695,8 +712,7 @@ impl CausalLm for LiveDecoder {
     }
 
     fn park(&mut self) -> Result<Option<SavedState>> {
-        let fresh = self.decoder.new_sequence()?;
-        let parked = std::mem::replace(&mut self.sequence, fresh).parked();
+        let parked = std::mem::replace(&mut self.sequence, Sequence::new(Vec::new())).parked();
         Ok(Some(SavedState::new(parked.len(), parked.bytes(), parked)))
     }
 
@@ -743,8 +759,26 @@ impl CausalLm for LiveDecoder {
         self.decoder.device()
     }
 
+    fn share(&self, step: Option<Arc<Step>>) -> Option<Box<dyn CausalLm>> {
+        let sequence = Sequence::new(Vec::new());
+        Some(Box::new(LiveDecoder { decoder: self.decoder.clone(), sequence, step }))
+    }
+
+    fn set_step(&mut self, step: Option<Arc<Step>>) {
+        self.step = step;
+    }
+
+    fn sequence_bytes(&self) -> usize {
+        let config = &self.decoder.config;
+        let row = self.decoder.kv_format.bytes_for(config.n_kv_head * config.head_dim);
+        config.n_layer * 2 * row * self.decoder.capacity
+    }
+
     fn restrict_output(&mut self, ids: Option<&[u32]>) -> Result<bool> {
-        let done = self.decoder.restrict_output(ids)?;
+        let Some(decoder) = Arc::get_mut(&mut self.decoder) else {
+            return Err(Error::InvalidSetting("the output layer changes only while no other reply shares it".into()));
+        };
+        let done = decoder.restrict_output(ids)?;
         // The conversation was scored beside the old layer: the new one starts its own with
         // the next tokens fed (the keys and values stay; the owner drops parked sequences).
         if done {

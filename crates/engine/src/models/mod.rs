@@ -77,6 +77,18 @@ pub trait CausalLm: Send {
     fn write_live(&self, _out: &mut dyn std::io::Write) -> Result<bool> {
         Ok(false)
     }
+    /// The same weights running an empty sequence of its own, its passes taken with other
+    /// replies' in `step` (`None`: alone): a model for another reply, on another thread.
+    /// `None` when it cannot share its weights.
+    fn share(&self, _step: Option<std::sync::Arc<crate::step::Step>>) -> Option<Box<dyn CausalLm>> {
+        None
+    }
+    /// Bytes one sequence takes once it fills the context (its keys and values).
+    fn sequence_bytes(&self) -> usize {
+        0
+    }
+    /// Take its passes with other replies' in `step` from now on (`None`: alone).
+    fn set_step(&mut self, _step: Option<std::sync::Arc<crate::step::Step>>) {}
     /// A sequence [`CausalLm::write_live`] wrote, checked against this model's shapes as it is
     /// read: a file is never trusted.
     fn read_state(&self, _input: &mut dyn std::io::Read) -> Result<SavedState> {

@@ -43,6 +43,9 @@ pub struct ServiceConfig {
     /// Generation requests queued or running before [`EngineHandle::submit`] answers
     /// [`Error::Busy`].
     pub max_queue: usize,
+    /// Replies decoded at once, their passes taken together ([`crate::step`]); 1: one at a
+    /// time, the others queued.
+    pub parallel: usize,
     /// The draft length of requests that name none.
     pub default_k: KSetting,
     /// The drafter of requests that name none; `None`: the draft model when one is loaded,
@@ -66,6 +69,7 @@ impl Default for ServiceConfig {
     fn default() -> Self {
         Self {
             max_queue: 32,
+            parallel: 1,
             default_k: KSetting::default(),
             default_drafter: None,
             event_buffer: 64,
@@ -239,6 +243,10 @@ pub struct Health {
     pub device: Option<String>,
     /// Replies queued or running.
     pub pending: usize,
+    /// Replies running now (at most `parallel`).
+    pub running: usize,
+    /// How the passes so far were shared by replies running at once (none with `parallel` 1).
+    pub step: Option<crate::step::StepCounts>,
     /// Why the last load failed. With state `ready` the models loaded before stay in use.
     pub error: Option<ErrorInfo>,
     /// The last reply that failed inside the engine (a panic, numerical garbage), and why.
@@ -255,6 +263,8 @@ impl Health {
             default_k: config.default_k,
             device: None,
             pending: 0,
+            running: 0,
+            step: None,
             error: None,
             last_failure: None,
         }
@@ -268,6 +278,10 @@ struct Shared {
     pending: AtomicUsize,
     /// Loads queued or running.
     loads: AtomicUsize,
+    /// Replies running now.
+    running: AtomicUsize,
+    /// The step the running replies share, when several may run.
+    step: Mutex<Option<Arc<crate::step::Step>>>,
     next_id: AtomicU64,
     config: ServiceConfig,
 }
@@ -331,6 +345,8 @@ impl EngineHandle {
             health: Mutex::new(Health::new(&config)),
             pending: AtomicUsize::new(0),
             loads: AtomicUsize::new(0),
+            running: AtomicUsize::new(0),
+            step: Mutex::new(None),
             next_id: AtomicU64::new(1),
             config,
         });
@@ -389,6 +405,8 @@ impl EngineHandle {
     pub fn health(&self) -> Health {
         let mut health = self.shared.health.lock().unwrap_or_else(|e| e.into_inner()).clone();
         health.pending = self.shared.pending.load(Ordering::SeqCst);
+        health.running = self.shared.running.load(Ordering::SeqCst);
+        health.step = self.shared.step.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|s| s.counts());
         // With nothing loaded, a queued load is the news: the models are on their way. (With
         // models loaded, the engine itself says `loading` once a load really changes them.)
         if matches!(health.state, EngineState::Empty | EngineState::Failed)

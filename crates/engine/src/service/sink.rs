@@ -2,9 +2,11 @@
 //! ticket's cancel flag, its deadline and a vanished or stalled reader all turned into
 //! [`Flow::Stop`].
 
-use super::{CancelHandle, ReplyEvent, STALL_LIMIT};
+use super::{CancelHandle, ReplyEvent, Request, STALL_LIMIT};
 use crate::decode::{Flow, StepEvent, TokenEvent, TokenSink};
 use crate::session::Decoding;
+use crate::step::Step;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How often a blocked send looks at the cancel flag and the deadline.
@@ -20,9 +22,30 @@ pub(super) struct ChannelSink<'a> {
     pub deadline: Option<Instant>,
     /// The last prefill progress sent, so repeats are not.
     pub prefill_sent: Option<usize>,
+    /// The step this reply's passes are taken in, left while the reader does not take events.
+    pub step: Option<Arc<Step>>,
 }
 
-impl ChannelSink<'_> {
+impl<'a> ChannelSink<'a> {
+    pub fn new(
+        events: &'a flume::Sender<ReplyEvent>,
+        request_id: u64,
+        request: &Request,
+        cancel: &'a CancelHandle,
+        step: Option<Arc<Step>>,
+    ) -> Self {
+        Self {
+            events,
+            request_id,
+            decoding: None,
+            seed: request.options.sampling.seed,
+            cancel,
+            deadline: request.deadline,
+            prefill_sent: None,
+            step,
+        }
+    }
+
     /// Whether the reply should stop: cancelled, past its deadline, or its reader gone.
     pub fn should_stop(&self) -> bool {
         self.cancel.is_cancelled()
@@ -50,7 +73,20 @@ impl ChannelSink<'_> {
         }
     }
 
-    fn send_patiently(&self, mut event: ReplyEvent, give_up: impl Fn(&Self) -> bool) -> bool {
+    fn send_patiently(&self, event: ReplyEvent, give_up: impl Fn(&Self) -> bool) -> bool {
+        let event = match self.events.try_send(event) {
+            Ok(()) => return true,
+            Err(flume::TrySendError::Disconnected(_)) => return false,
+            Err(flume::TrySendError::Full(event)) => event,
+        };
+        // A reader behind pauses this reply only: the others' passes do not wait for it.
+        match &self.step {
+            Some(step) => step.away(|| self.wait_to_send(event, give_up)),
+            None => self.wait_to_send(event, give_up),
+        }
+    }
+
+    fn wait_to_send(&self, mut event: ReplyEvent, give_up: impl Fn(&Self) -> bool) -> bool {
         let started = Instant::now();
         loop {
             match self.events.send_timeout(event, POLL) {

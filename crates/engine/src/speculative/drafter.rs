@@ -138,6 +138,21 @@ impl DraftModel {
         self.model.persist()
     }
 
+    /// The same draft for a reply on another thread ([`CachedModel::share`]).
+    pub fn share(&self, step: Option<std::sync::Arc<crate::step::Step>>) -> Result<Self> {
+        Ok(Self { model: self.model.share(step)? })
+    }
+
+    /// Take passes with other replies' in `step` ([`CachedModel::set_step`]).
+    pub fn set_step(&mut self, step: Option<std::sync::Arc<crate::step::Step>>) {
+        self.model.set_step(step);
+    }
+
+    /// Bytes one sequence of the draft takes once it fills the context.
+    pub fn sequence_bytes(&self) -> usize {
+        self.model.model().sequence_bytes()
+    }
+
     pub fn into_inner(self) -> CachedModel {
         self.model
     }

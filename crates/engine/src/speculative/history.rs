@@ -24,6 +24,7 @@ const BOUNDARY: u32 = u32::MAX;
 /// are `u32::MAX`.
 type Places = [u32; PLACES];
 
+#[derive(Clone)]
 pub struct History {
     tokens: Vec<u32>,
     index: HashMap<u64, Places>,

@@ -106,7 +106,12 @@ impl Tiny {
             kv_format: Default::default(),
             requantized: Vec::new(),
         };
-        LoadedModel { model: CachedModel::new(model), tokenizer: self.tokenizer(), template, info }
+        LoadedModel {
+            model: CachedModel::new(model),
+            tokenizer: self.tokenizer().into(),
+            template: template.into(),
+            info,
+        }
     }
 
     pub fn loaded(&self) -> LoadedModel {
