@@ -67,17 +67,21 @@ class Server:
                 command += ["-md", str(DRAFT), "--spec-type", "draft-simple", "--spec-draft-n-max", "8"]
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                         start_new_session=True)
+        self.model = "m"
         for _ in range(900):
             try:
+                connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+                connection.request("GET", "/v1/models")
+                self.model = json.loads(connection.getresponse().read())["data"][0]["id"]
                 self.stream([{"role": "user", "content": "Hi"}], 2)
                 return
-            except OSError:
+            except (OSError, ValueError, KeyError):
                 time.sleep(0.2)
         raise RuntimeError(f"{engine} did not start")
 
     def stream(self, messages, tokens) -> dict:
         """One streamed chat reply: when it was asked, each content chunk's time, its usage."""
-        body = json.dumps({"model": "m", "messages": messages, "stream": True, "max_tokens": tokens,
+        body = json.dumps({"model": self.model, "messages": messages, "stream": True, "max_tokens": tokens,
                            "temperature": 0, "stream_options": {"include_usage": True}})
         connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=900)
         asked = time.perf_counter()

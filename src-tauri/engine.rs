@@ -173,7 +173,10 @@ impl Engine {
     pub fn spawn(prompt_cache_dir: Option<std::path::PathBuf>) -> Self {
         // One user's engine: their chats feed the auto drafter's copies.
         let disk_cache = prompt_cache_dir.map(|dir| (dir, DISK_CACHE_BYTES));
-        let config = ServiceConfig { max_queue: 8, remember_chats: true, disk_cache, ..Default::default() };
+        // Several chats stream at once (a regenerate in one while another streams), as many as
+        // memory holds full contexts for.
+        let config =
+            ServiceConfig { max_queue: 8, parallel: 4, remember_chats: true, disk_cache, ..Default::default() };
         Self { service: EngineHandle::spawn_empty(config), cancels: Default::default() }
     }
 

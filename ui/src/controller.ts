@@ -30,17 +30,21 @@ export interface EarlyViews {
   appearance: Appearance;
 }
 
+/** The busy mark of a chat not yet created (its first Send creates it). */
+const NEW_CHAT = -1;
+
 export class Controller {
   /** The engine's defaults until the backend says its own. */
   private settings: Settings = { ...DEFAULT_SETTINGS };
   /** The open conversation; none for a new chat not yet sent. */
   private conversation: Conversation | null = null;
-  private streaming: LiveReply | null = null;
-  /** The chat the streaming reply belongs to. */
-  private streamingIn: number | null = null;
-  /** A Send or Regenerate is under way (set at once, before its first await): a second one
-   *  waits its turn rather than attach a reply to a reply. */
-  private busy = false;
+  /** The replies streaming, by the chat each belongs to: several chats may stream at once
+   *  (the engine decodes them side by side), one reply a chat. */
+  private readonly streaming = new Map<number, LiveReply>();
+  /** Chats with a Send or Regenerate under way (set at once, before its first await; a chat
+   *  not yet created is `NEW_CHAT`): a second one in the same chat waits its turn rather than
+   *  attach a reply to a reply. Other chats go on. */
+  private readonly busyIn = new Set<number>();
   /** Deletes, one after another: each one's Undo toast settles the one before. */
   private deletes: Promise<void> = Promise.resolve();
 
@@ -73,8 +77,8 @@ export class Controller {
     this.notice.onDismiss = () => void backend.dismissNotices?.().catch(() => {});
     this.appearance = early.appearance;
     this.appearance.listen((on) => {
-      if (this.streaming) this.streaming.setColours(on);
-      else this.draw();
+      for (const reply of this.streaming.values()) reply.setColours(on);
+      if (!this.openReply()) this.draw();
     });
     this.toast = new Toast(page.toast, onError);
     if (backend.exportChats && backend.importChats) {
@@ -103,7 +107,7 @@ export class Controller {
     this.engine = new EngineStatusView(page.engineStatus);
     this.chat = new ChatView(page.chat, {
       colours: () => this.appearance.colours,
-      replying: () => this.streaming !== null,
+      replying: () => this.openReply() !== undefined,
       edit: (message) => this.composer.edit(message),
       regenerate: (id) => this.regenerate(id),
       showBranch: (id) => this.showBranch(id),
@@ -115,7 +119,7 @@ export class Controller {
     this.speed = new SpeedPanel(page.speed);
     this.composer = new Composer(page.composer, {
       send: () => void this.send().catch(onError),
-      stop: () => void this.streaming?.cancel().catch(onError),
+      stop: () => void this.openReply()?.cancel().catch(onError),
     });
     this.settingsDialog = new SettingsDialog(page.settings, {
       canChooseTarget: backend.canChooseTarget,
@@ -130,7 +134,11 @@ export class Controller {
     listenForShortcuts(document, page.composer.prompt, {
       newChat: () => this.newChat(),
       search: () => this.sidebar.focusSearch(),
-      stop: () => (this.streaming ? (void this.streaming.cancel().catch(onError), true) : false),
+      stop: () => {
+        const reply = this.openReply();
+        if (reply) void reply.cancel().catch(onError);
+        return reply !== undefined;
+      },
       editLast: () => this.editLast(),
       sibling: (step) => this.sibling(step),
     });
@@ -231,8 +239,7 @@ export class Controller {
   /** Delete a chat, with an Undo that brings it back (and opens it, if it was open). Not the
    *  chat a reply streams into: its reply would have nowhere to go. */
   private remove(id: number, title: string): Promise<void> {
-    const streamsInto = this.streaming !== null && this.streamingIn === id;
-    if (streamsInto || (this.busy && this.conversation?.id === id)) {
+    if (this.streaming.has(id) || this.busyIn.has(id)) {
       this.showError({ code: 'invalid_request', message: 'Stop the reply before deleting its chat.' });
       return Promise.resolve();
     }
@@ -269,7 +276,7 @@ export class Controller {
 
   private async removeMessageNow(message: ChatMessage): Promise<void> {
     const conversation = this.conversation;
-    if (!conversation || this.busy) return;
+    if (!conversation || this.busy()) return;
     await this.toast.settle();
     await this.backend.deleteMessage(conversation.id, message.id);
     await this.refreshAll();
@@ -278,7 +285,7 @@ export class Controller {
   }
 
   private async showBranch(messageId: number): Promise<void> {
-    if (!this.conversation || this.busy) return;
+    if (!this.conversation || this.busy()) return;
     this.conversation = await this.backend.showBranch(this.conversation.id, messageId);
     this.draw();
   }
@@ -288,13 +295,13 @@ export class Controller {
     const branching = this.conversation?.messages.findLast((m) => (m.siblings?.length ?? 0) > 1);
     const siblings = branching?.siblings ?? [];
     const to = branching && siblings[siblings.indexOf(branching.id) + step];
-    if (to === undefined || this.busy) return false;
+    if (to === undefined || this.busy()) return false;
     void this.showBranch(to).catch(this.showError);
     return true;
   }
 
   private async fork(messageId: number): Promise<void> {
-    if (!this.conversation || this.busy) return;
+    if (!this.conversation || this.busy()) return;
     this.conversation = await this.backend.fork(this.conversation.id, messageId);
     await this.refreshAll();
     void this.toast.say(`Forked to “${this.conversation.title}”`);
@@ -303,7 +310,7 @@ export class Controller {
   /** Up in an empty composer: the last question, to change and resend. */
   private editLast(): boolean {
     const question = this.conversation?.messages.findLast((m) => m.role === 'user');
-    if (!question || this.busy) return false;
+    if (!question || this.busy()) return false;
     this.composer.edit(question);
     return true;
   }
@@ -311,7 +318,9 @@ export class Controller {
   /** Draw the open conversation, and its own settings in the header. */
   private draw(): void {
     this.chat.show(this.conversation);
-    if (this.streaming && this.streamingIn === this.conversation?.id) this.streaming.reattach();
+    const reply = this.openReply();
+    reply?.reattach();
+    this.composer.setStreaming(reply !== undefined);
     const thinking = this.conversation?.thinking;
     this.page.thinking.value = thinking == null ? '' : thinking ? 'on' : 'off';
     this.page.overflow.value = this.conversation?.overflow ?? '';
@@ -348,14 +357,17 @@ export class Controller {
   private async send(): Promise<void> {
     const files = this.attachments?.blocks() ?? '';
     const text = `${this.composer.text}${files}`;
-    if (!text.trim() || this.busy) return;
+    if (!text.trim() || this.busy()) return;
     const refusal = this.attachments?.refusal();
     if (refusal) return this.showError({ code: 'context_overflow', message: refusal });
-    this.busy = true;
+    let busy = this.conversation?.id ?? NEW_CHAT;
+    this.busyIn.add(busy);
     try {
       this.notice.clear();
       if (!this.conversation) this.conversation = await this.backend.createConversation();
       const id = this.conversation.id;
+      this.busyIn.delete(busy);
+      this.busyIn.add((busy = id));
       const editing = this.composer.editing;
       // An edited question becomes a sibling of the original, which stays one arrow away.
       if (editing !== null) await this.backend.branchBefore(id, editing);
@@ -375,16 +387,16 @@ export class Controller {
         this.composer.giveBack(question.content);
       });
     } finally {
-      this.busy = false;
+      this.busyIn.delete(busy);
     }
   }
 
   private async regenerate(messageId: number): Promise<void> {
-    if (!this.conversation || this.busy) return;
-    this.busy = true;
+    if (!this.conversation || this.busy()) return;
+    const id = this.conversation.id;
+    this.busyIn.add(id);
     try {
       this.notice.clear();
-      const id = this.conversation.id;
       // The new reply becomes a sibling of the old one, which stays one arrow away.
       await this.backend.branchBefore(id, messageId);
       await this.refreshAll();
@@ -395,8 +407,19 @@ export class Controller {
         else await this.backend.showBranch(id, messageId);
       });
     } finally {
-      this.busy = false;
+      this.busyIn.delete(id);
     }
+  }
+
+  /** Whether the open chat has a reply under way (other chats may). */
+  private busy(): boolean {
+    const id = this.conversation?.id ?? NEW_CHAT;
+    return this.busyIn.has(id) || this.streaming.has(id);
+  }
+
+  /** The reply streaming into the open chat, if one is. */
+  private openReply(): LiveReply | undefined {
+    return this.conversation ? this.streaming.get(this.conversation.id) : undefined;
   }
 
   /** Stream a reply to the conversation as it stands. `ended` is told, before the window is
@@ -411,21 +434,20 @@ export class Controller {
       verdict: (stats) => (this.settings.remote ? summarizeRemote(stats) : summarize(stats, this.settings.k)),
       onNotice: this.showError,
     });
-    this.streaming = reply;
-    this.streamingIn = conversationId;
-    this.composer.setStreaming(true);
+    this.streaming.set(conversationId, reply);
+    if (this.conversation?.id === conversationId) this.composer.setStreaming(true);
     let stored: ChatMessage | undefined;
     try {
       // The transport folds each event into the reply it hands back; the view draws from events.
       reply.handle = await this.backend.reply(conversationId, this.settings, (event) => reply.onEvent(event));
       // Drawn again while the reply was starting: its place is known only now.
-      if (this.streamingIn === this.conversation?.id) reply.reattach();
+      if (this.conversation?.id === conversationId) reply.reattach();
       stored = await reply.handle.done;
     } catch (e) {
       this.showError(e);
     } finally {
-      this.streaming = null;
-      this.composer.setStreaming(false);
+      this.streaming.delete(conversationId);
+      if (this.conversation?.id === conversationId) this.composer.setStreaming(false);
       const failedEmpty = stored?.finish_reason === 'error' && !stored.content;
       if (!stored || failedEmpty) await ended(stored).catch(this.showError);
       // The finished reply is drawn whole, once, from the stored conversation.

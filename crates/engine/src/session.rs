@@ -155,17 +155,17 @@ impl Session {
 
     /// Another session on the same weights, for a reply on another thread: its own sequences
     /// (empty at first), drafter state and measured costs, the same prompt caches and history,
-    /// its passes taken with the other replies' in `step`. Loads and settings are made on the
+    /// its passes taken with the other replies' by `passes`. Loads and settings are made on the
     /// session it was made from, and sessions made before a change are made again.
-    pub fn share(&self, step: Option<std::sync::Arc<crate::step::Step>>) -> Result<Session> {
+    pub fn share(&self, passes: Option<std::sync::Arc<dyn crate::models::Passes>>) -> Result<Session> {
         let target = LoadedModel {
-            model: self.target.model.share(step.clone())?,
+            model: self.target.model.share(passes.clone())?,
             tokenizer: self.target.tokenizer.clone(),
             template: self.target.template.clone(),
             info: self.target.info.clone(),
         };
         let draft = match &self.draft {
-            Some((draft, info)) => Some((draft.share(step)?, info.clone())),
+            Some((draft, info)) => Some((draft.share(passes)?, info.clone())),
             None => None,
         };
         Ok(Session {
@@ -185,11 +185,11 @@ impl Session {
         self.target.model.model().sequence_bytes() + draft
     }
 
-    /// Take the models' passes with other replies' in `step` from now on (`None`: alone).
-    pub fn set_step(&mut self, step: Option<std::sync::Arc<crate::step::Step>>) {
-        self.target.model.set_step(step.clone());
+    /// Take the models' passes with other replies' by `passes` from now on (`None`: alone).
+    pub fn set_passes(&mut self, passes: Option<std::sync::Arc<dyn crate::models::Passes>>) {
+        self.target.model.set_passes(passes.clone());
         if let Some((draft, _)) = &mut self.draft {
-            draft.set_step(step);
+            draft.set_passes(passes);
         }
     }
 

@@ -86,3 +86,85 @@ fn replies_decoded_together_are_each_the_reply_alone() {
     }
     assert_eq!(together.health().running, 0);
 }
+
+mod step {
+    //! The step itself, on a tiny synthetic model: threads feeding their own sequences through
+    //! one step get the bits each gets alone, a long prompt is read in slices beside a decoding
+    //! sequence, and a sequence past its room fails alone.
+
+    use candle_core::Device;
+    use specula_engine::gguf::GgufFile;
+    use specula_engine::models::decoder::Decoder;
+    use specula_engine::models::{load_decoder, Passes};
+    use specula_engine::step::{Step, PROMPT_SLICE};
+    use specula_engine::{synth, KvFormat};
+    use std::sync::{Arc, Barrier};
+
+    fn decoder() -> Arc<Decoder> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("model.gguf");
+        synth::write(&synth::Spec::preset("tiny-q4k", 3).unwrap(), &synth::tiny_tokenizer(), &path).unwrap();
+        let mut gguf = GgufFile::open(&path).unwrap();
+        Arc::new(load_decoder(&mut gguf, &Device::Cpu, 512, KvFormat::F16).unwrap().0)
+    }
+
+    /// The calls one sequence makes: a prompt (last logits only), then one token at a time.
+    fn calls(seed: u32, prompt: usize, decode: usize) -> Vec<(Vec<u32>, bool)> {
+        let token = |i: usize| (i as u32 * 31 + seed * 7) % 250;
+        let mut calls = vec![((0..prompt).map(token).collect(), false)];
+        calls.extend((prompt..prompt + decode).map(|i| (vec![token(i)], true)));
+        calls
+    }
+
+    fn bits(t: &candle_core::Tensor) -> Vec<u32> {
+        t.flatten_all().unwrap().to_vec1::<f32>().unwrap().iter().map(|v| v.to_bits()).collect()
+    }
+
+    /// Run `calls` on a fresh sequence, through `passes` or alone; each call's logits' bits,
+    /// or its error's code.
+    fn run(decoder: &Arc<Decoder>, calls: &[(Vec<u32>, bool)], passes: Option<&Step>) -> Vec<Result<Vec<u32>, String>> {
+        let mut sequence = decoder.new_sequence().unwrap();
+        calls
+            .iter()
+            .map(|(tokens, all)| {
+                let out = match passes {
+                    Some(step) => step.forward(decoder, &mut sequence, tokens, *all),
+                    None => decoder.forward(&mut sequence, tokens, *all),
+                };
+                out.map(|t| bits(&t)).map_err(|e| e.code().to_string())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn sequences_in_one_step_get_their_bits_alone_and_a_prompt_is_read_in_slices() {
+        let decoder = decoder();
+        // A decodes from the start; B reads a long prompt beside it; C runs past its room.
+        let work = [calls(1, 3, 40), calls(2, 5 * PROMPT_SLICE / 2, 4), calls(3, 60, 480)];
+        let alone: Vec<_> = work.iter().map(|c| run(&decoder, c, None)).collect();
+        assert!(alone[2].iter().any(Result::is_err), "C must overflow its 512 positions");
+        let step = Step::new();
+        let start = Arc::new(Barrier::new(work.len()));
+        let together: Vec<_> = std::thread::scope(|scope| {
+            let handles: Vec<_> = work
+                .iter()
+                .map(|c| {
+                    let (decoder, step, start) = (decoder.clone(), step.clone(), start.clone());
+                    scope.spawn(move || {
+                        let _member = step.join();
+                        start.wait();
+                        run(&decoder, c, Some(&step))
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (i, (together, alone)) in together.iter().zip(&alone).enumerate() {
+            assert_eq!(together, alone, "sequence {i} in the step differs from its passes alone");
+        }
+        let counts = step.counts();
+        assert!(counts.most_sequences >= 2 && counts.sequences > counts.passes, "{counts:?}");
+        // B's prompt of 2.5 slices was never read whole beside the others.
+        assert!(counts.most_rows < 5 * PROMPT_SLICE / 2, "{counts:?}");
+    }
+}

@@ -2,7 +2,7 @@
 // speed panel beside it. Painting is batched (render/stream.ts): the text, the speed figures
 // and the scroll move together a few times a second, however fast tokens come.
 
-import type { ChatMessage, GenerationStats, Reasoning, ReplyEvent, ReplyHandle, TokenEvent, ToolCard, Trim } from '../api/types';
+import type { ChatMessage, GenerationStats, Reasoning, ReplyEvent, ReplyHandle, StepEvent, TokenEvent, ToolCard, Trim } from '../api/types';
 import { ReplyStream } from '../render/stream';
 import { toolCardElement, withoutCallMarkup } from '../render/tool-card';
 import { ThinkingBlock } from '../render/thinking';
@@ -44,6 +44,8 @@ export class LiveReply {
   private answerBegun = true;
   /** The latest trim, marked again when the reply's chat is drawn again. */
   private trim: Trim | null = null;
+  /** The latest live figures, for the speed panel when its chat is shown again. */
+  private lastStep: StepEvent | null = null;
 
   constructor(
     private readonly chat: Pick<ChatView, 'startReply' | 'follow' | 'markTrim' | 'adoptReply'>,
@@ -64,7 +66,7 @@ export class LiveReply {
     return new ReplyStream(element, {
       colours: this.options.colours,
       onPaint: () => {
-        this.panel.paint();
+        if (this.shown()) this.panel.paint();
         this.follow();
       },
     });
@@ -75,6 +77,10 @@ export class LiveReply {
   reattach(): void {
     this.chat.adoptReply(this.element, this.handle?.messageId);
     if (this.trim) this.chat.markTrim(this.trim);
+    // The speed panel is the shown chat's: it says this reply's figures again.
+    this.panel.begin(this.options.drafting, this.options.remote);
+    if (this.lastStep) this.panel.step(this.lastStep);
+    this.panel.paint();
   }
 
   /** Whether the reply is in the window: another chat may be shown while it streams, and that
@@ -101,12 +107,14 @@ export class LiveReply {
       if (this.thinking) this.block?.push(event.tokens);
       else for (const token of event.tokens) this.answer(token);
     } else if (event.kind === 'step') {
-      this.panel.step(event.step);
+      this.lastStep = event.step;
+      // Another chat may be shown: the panel is its reply's.
+      if (this.shown()) this.panel.step(event.step);
       this.stream.schedule();
     } else if (event.kind === 'done') {
       if (this.thinking && event.stats.reasoning) this.block?.end(event.stats.reasoning, false);
       this.stream.finish();
-      this.panel.finish(event.stats, this.options.verdict(event.stats));
+      if (this.shown()) this.panel.finish(event.stats, this.options.verdict(event.stats));
     } else if (event.kind === 'failed') {
       if (this.thinking) this.block?.stop();
       this.stream.finish();

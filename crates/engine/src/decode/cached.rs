@@ -58,9 +58,9 @@ impl CachedModel {
     }
 
     /// The same weights with an empty sequence of their own and the same prompt caches, its
-    /// passes taken with other replies' in `step`: a model for a reply on another thread.
-    pub fn share(&self, step: Option<Arc<crate::step::Step>>) -> Result<Self> {
-        let Some(model) = self.model.share(step) else {
+    /// passes taken with other replies' by `passes`: a model for a reply on another thread.
+    pub fn share(&self, passes: Option<Arc<dyn crate::models::Passes>>) -> Result<Self> {
+        let Some(model) = self.model.share(passes) else {
             return Err(Error::InvalidSetting("this model cannot serve several replies at once".into()));
         };
         Ok(Self {
@@ -74,9 +74,9 @@ impl CachedModel {
         })
     }
 
-    /// Take passes with other replies' in `step` from now on (`None`: alone).
-    pub fn set_step(&mut self, step: Option<Arc<crate::step::Step>>) {
-        self.model.set_step(step);
+    /// Take passes with other replies' by `passes` from now on (`None`: alone).
+    pub fn set_passes(&mut self, passes: Option<Arc<dyn crate::models::Passes>>) {
+        self.model.set_passes(passes);
     }
 
     pub fn disk_cache(&self) -> MutexGuard<'_, Option<DiskCache>> {

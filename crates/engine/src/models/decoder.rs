@@ -8,13 +8,12 @@
 //! Unlike candle-transformers' quantized models, `forward` scores every new position and the
 //! KV cache rolls back, which is what speculative verification needs.
 
-use super::{CausalLm, SavedState, WeightSource, PREFILL_CHUNK};
+use super::{CausalLm, Passes, SavedState, WeightSource, PREFILL_CHUNK};
 use crate::attention::causal_attention;
 use crate::error::{Error, Result};
 use crate::kv_cache::{KvCache, KvFormat, KvSnapshot};
 use crate::quant::QLinear;
 use crate::sequence::{Conversation, Sequence};
-use crate::step::Step;
 use candle_core::quantized::GgmlDType;
 use candle_core::{DType, Device, Tensor};
 use std::sync::Arc;
@@ -325,7 +324,7 @@ impl Decoder {
     /// These weights with an empty sequence to run.
     pub fn live(self) -> Result<LiveDecoder> {
         let sequence = self.new_sequence()?;
-        Ok(LiveDecoder { decoder: Arc::new(self), sequence, step: None })
+        Ok(LiveDecoder { decoder: Arc::new(self), sequence, passes: None })
     }
 
     pub fn config(&self) -> &DecoderConfig {
@@ -663,12 +662,13 @@ impl PrunedHead {
 
 /// A decoder and the one sequence it runs now: the [`CausalLm`] the decoding loops drive. A
 /// parked sequence leaves by move and comes back by move. Its passes run alone, or with other
-/// replies' in a [`Step`] (the weights shared, each reply its own `LiveDecoder`).
+/// replies' (the weights shared, each reply its own `LiveDecoder`, its passes through a
+/// [`Passes`]: the step).
 pub struct LiveDecoder {
     decoder: Arc<Decoder>,
     /// Empty of layers (no allocation) after a park, until the next pass needs one.
     sequence: Sequence,
-    step: Option<Arc<Step>>,
+    passes: Option<Arc<dyn Passes>>,
 }
 
 impl LiveDecoder {
@@ -687,8 +687,8 @@ impl LiveDecoder {
             // usually comes first and brings its own).
             self.sequence = self.decoder.new_sequence()?;
         }
-        match &self.step {
-            Some(step) => step.forward(&self.decoder, &mut self.sequence, tokens, all_positions),
+        match &self.passes {
+            Some(passes) => passes.forward(&self.decoder, &mut self.sequence, tokens, all_positions),
             None => self.decoder.forward(&mut self.sequence, tokens, all_positions),
         }
     }
@@ -759,13 +759,13 @@ impl CausalLm for LiveDecoder {
         self.decoder.device()
     }
 
-    fn share(&self, step: Option<Arc<Step>>) -> Option<Box<dyn CausalLm>> {
+    fn share(&self, passes: Option<Arc<dyn Passes>>) -> Option<Box<dyn CausalLm>> {
         let sequence = Sequence::new(Vec::new());
-        Some(Box::new(LiveDecoder { decoder: self.decoder.clone(), sequence, step }))
+        Some(Box::new(LiveDecoder { decoder: self.decoder.clone(), sequence, passes }))
     }
 
-    fn set_step(&mut self, step: Option<Arc<Step>>) {
-        self.step = step;
+    fn set_passes(&mut self, passes: Option<Arc<dyn Passes>>) {
+        self.passes = passes;
     }
 
     fn sequence_bytes(&self) -> usize {

@@ -78,22 +78,36 @@ pub trait CausalLm: Send {
         Ok(false)
     }
     /// The same weights running an empty sequence of its own, its passes taken with other
-    /// replies' in `step` (`None`: alone): a model for another reply, on another thread.
+    /// replies' by `passes` (`None`: alone): a model for another reply, on another thread.
     /// `None` when it cannot share its weights.
-    fn share(&self, _step: Option<std::sync::Arc<crate::step::Step>>) -> Option<Box<dyn CausalLm>> {
+    fn share(&self, _passes: Option<std::sync::Arc<dyn Passes>>) -> Option<Box<dyn CausalLm>> {
         None
     }
     /// Bytes one sequence takes once it fills the context (its keys and values).
     fn sequence_bytes(&self) -> usize {
         0
     }
-    /// Take its passes with other replies' in `step` from now on (`None`: alone).
-    fn set_step(&mut self, _step: Option<std::sync::Arc<crate::step::Step>>) {}
+    /// Take its passes with other replies' by `passes` from now on (`None`: alone).
+    fn set_passes(&mut self, _passes: Option<std::sync::Arc<dyn Passes>>) {}
     /// A sequence [`CausalLm::write_live`] wrote, checked against this model's shapes as it is
     /// read: a file is never trusted.
     fn read_state(&self, _input: &mut dyn std::io::Read) -> Result<SavedState> {
         Err(Error::InvalidSetting("this model cannot read a saved state".into()))
     }
+}
+
+/// Where a model's passes run when several replies share its weights: `crate::step::Step`
+/// takes each with the other replies' waiting at the time. A trait here, so that the models
+/// know nothing of the step above them.
+pub trait Passes: Send + Sync {
+    /// Append `tokens` to `sequence`; logits as [`decoder::Decoder::forward`] gives them.
+    fn forward(
+        &self,
+        decoder: &std::sync::Arc<decoder::Decoder>,
+        sequence: &mut crate::sequence::Sequence,
+        tokens: &[u32],
+        all_positions: bool,
+    ) -> Result<Tensor>;
 }
 
 /// A sequence a model parked or read ([`CausalLm::park`]): its own type inside, and its size.

@@ -75,11 +75,11 @@ impl Loaded {
             false => 1,
         };
         if parallel <= 1 {
-            home.set_step(None);
+            home.set_passes(None);
             return;
         }
         let step = Step::new();
-        home.set_step(Some(step.clone()));
+        home.set_passes(Some(step.clone()));
         self.step = Some(step.clone());
         let home = self.home_ref().expect("home above");
         let mut more = Vec::new();
@@ -424,7 +424,7 @@ fn change_models(loaded: &mut Loaded, spec: &LoadSpec, shared: &Shared) -> Resul
             return Err(Error::NoModel("no target model".into()));
         };
         // Shares hold the weights no more: the draft's output layer may change.
-        session.set_step(None);
+        session.set_passes(None);
         let loaded_spec =
             loaded.spec.get_or_insert_with(|| LoadSpec { draft: None, draft_vocab: None, ..spec.clone() });
         if loaded_spec.prompt_cache != spec.prompt_cache {

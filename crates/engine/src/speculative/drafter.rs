@@ -139,13 +139,13 @@ impl DraftModel {
     }
 
     /// The same draft for a reply on another thread ([`CachedModel::share`]).
-    pub fn share(&self, step: Option<std::sync::Arc<crate::step::Step>>) -> Result<Self> {
-        Ok(Self { model: self.model.share(step)? })
+    pub fn share(&self, passes: Option<std::sync::Arc<dyn crate::models::Passes>>) -> Result<Self> {
+        Ok(Self { model: self.model.share(passes)? })
     }
 
-    /// Take passes with other replies' in `step` ([`CachedModel::set_step`]).
-    pub fn set_step(&mut self, step: Option<std::sync::Arc<crate::step::Step>>) {
-        self.model.set_step(step);
+    /// Take passes with other replies' by `passes` ([`CachedModel::set_step`]).
+    pub fn set_passes(&mut self, passes: Option<std::sync::Arc<dyn crate::models::Passes>>) {
+        self.model.set_passes(passes);
     }
 
     /// Bytes one sequence of the draft takes once it fills the context.

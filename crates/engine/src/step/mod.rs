@@ -16,6 +16,7 @@
 
 use crate::error::{Error, Result};
 use crate::models::decoder::{Decoder, Rows};
+use crate::models::Passes;
 use crate::sequence::Sequence;
 use candle_core::Tensor;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -47,6 +48,8 @@ pub struct StepCounts {
     /// Sequences summed over passes (`sequences / passes`: the mean sharing).
     pub sequences: u64,
     pub most_sequences: usize,
+    /// The most rows one pass took.
+    pub most_rows: usize,
 }
 
 #[derive(Default)]
@@ -59,6 +62,8 @@ struct State {
     finished: Vec<Finished>,
     running: bool,
     last_pass: Option<Instant>,
+    /// When the first of the sequences waiting now came.
+    waiting_since: Option<Instant>,
     next_id: u64,
     counts: StepCounts,
 }
@@ -114,10 +119,12 @@ impl Step {
         // consistent state.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
 
+impl Passes for Step {
     /// Append `tokens` to `sequence` in a pass shared with the other replies; the logits of
     /// every new position (`all_positions`) or of the last, as [`Decoder::forward`] gives them.
-    pub fn forward(
+    fn forward(
         &self,
         decoder: &Arc<Decoder>,
         sequence: &mut Sequence,
@@ -129,6 +136,9 @@ impl Step {
         state.next_id += 1;
         let start = sequence.len();
         let sequence_in = std::mem::replace(sequence, Sequence::new(Vec::new()));
+        if state.waiting.is_empty() {
+            state.waiting_since = Some(Instant::now());
+        }
         state.waiting.push(Waiting {
             id,
             decoder: decoder.clone(),
@@ -158,7 +168,9 @@ impl Step {
             state = self.wake.wait_timeout(state, wait).unwrap_or_else(|e| e.into_inner()).0;
         }
     }
+}
 
+impl Step {
     /// Run one pass over everything waiting, outside the lock; the lock again after it.
     fn lead<'a>(&'a self, mut state: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
         state.running = true;
@@ -171,6 +183,7 @@ impl Step {
         state.counts.rows += counts.rows;
         state.counts.sequences += counts.sequences;
         state.counts.most_sequences = state.counts.most_sequences.max(counts.most_sequences);
+        state.counts.most_rows = state.counts.most_rows.max(counts.most_rows);
         // Prompts with rows left wait again, ahead of what arrived during the pass.
         pass.append(&mut state.waiting);
         state.waiting = pass;
@@ -192,10 +205,10 @@ impl State {
         if self.waiting.len() >= present {
             return Duration::ZERO;
         }
-        match self.last_pass {
-            Some(last) => (last + GRACE).saturating_duration_since(now),
-            None => Duration::ZERO,
-        }
+        // From the later of the last pass's end and the first arrival: replies that start
+        // together meet in their first pass too.
+        let since = self.last_pass.max(self.waiting_since).unwrap_or(now);
+        (since + GRACE).saturating_duration_since(now)
     }
 }
 
@@ -228,6 +241,7 @@ fn run_pass(pass: &mut Vec<Waiting>, finished: &mut Vec<Finished>) -> StepCounts
         let take: Vec<usize> = group.iter().map(|w| rows_to_take(w, shared)).collect();
         counts.passes += 1;
         counts.rows += take.iter().sum::<usize>() as u64;
+        counts.most_rows = counts.most_rows.max(take.iter().sum());
         counts.sequences += group.len() as u64;
         counts.most_sequences = counts.most_sequences.max(group.len());
         let results = {
