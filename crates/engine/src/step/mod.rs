@@ -28,10 +28,18 @@ use std::time::{Duration, Instant};
 /// 150k scores is under a millisecond), far shorter than a pass (25 ms for one row of the 1.5B).
 pub const GRACE: Duration = Duration::from_millis(4);
 
-/// Prompt rows a pass takes of one sequence while other sequences wait in the same step: on
-/// two cores a 64-row pass of the 1.5B target takes about 250 ms, the most a decoding reply
-/// should wait between two tokens.
-pub const PROMPT_SLICE: usize = 64;
+/// The longest a pass should take while others decode (the most a decoding reply should wait
+/// between two tokens): a prompt read beside them takes as many rows as fit in it, by each
+/// model's measured time per row.
+pub const PASS_BUDGET: Duration = Duration::from_millis(250);
+
+/// Prompt rows a pass takes of one sequence beside others before the model's time per row is
+/// measured: on two cores a row of the 1.5B target's prefill takes about 10 ms.
+pub const PROMPT_SLICE: usize = 24;
+
+/// The fewest prompt rows a pass takes beside others: fewer would read a long prompt slower
+/// than its replies' users would wait for.
+const MIN_SLICE: usize = 8;
 
 /// Replies whose models take their passes together. Cheap to share (`Arc`).
 #[derive(Default)]
@@ -64,6 +72,7 @@ struct State {
     last_pass: Option<Instant>,
     /// When the first of the sequences waiting now came.
     waiting_since: Option<Instant>,
+    pace: Pace,
     next_id: u64,
     counts: StepCounts,
 }
@@ -175,10 +184,12 @@ impl Step {
     fn lead<'a>(&'a self, mut state: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
         state.running = true;
         let mut pass = std::mem::take(&mut state.waiting);
-        drop(state);
         let mut finished = Vec::new();
-        let counts = run_pass(&mut pass, &mut finished);
+        let mut pace = std::mem::take(&mut state.pace);
+        drop(state);
+        let counts = run_pass(&mut pass, &mut finished, &mut pace);
         let mut state = self.lock();
+        state.pace = pace;
         state.counts.passes += counts.passes;
         state.counts.rows += counts.rows;
         state.counts.sequences += counts.sequences;
@@ -227,7 +238,7 @@ impl Drop for Membership {
 /// One pass of each model over `pass`: the rows each sequence still has to feed (a prompt's in
 /// slices when others share the pass). Sequences done (or failed) leave `pass` for the
 /// thread's finished list; those with prompt rows left stay.
-fn run_pass(pass: &mut Vec<Waiting>, finished: &mut Vec<Finished>) -> StepCounts {
+fn run_pass(pass: &mut Vec<Waiting>, finished: &mut Vec<Finished>, pace: &mut Pace) -> StepCounts {
     let shared = pass.len() > 1;
     let mut counts = StepCounts::default();
     let mut models: Vec<Arc<Decoder>> = Vec::new();
@@ -238,7 +249,10 @@ fn run_pass(pass: &mut Vec<Waiting>, finished: &mut Vec<Finished>) -> StepCounts
     }
     for decoder in &models {
         let mut group: Vec<&mut Waiting> = pass.iter_mut().filter(|w| Arc::ptr_eq(&w.decoder, decoder)).collect();
-        let take: Vec<usize> = group.iter().map(|w| rows_to_take(w, shared)).collect();
+        let decoding: usize = group.iter().filter(|w| w.all_positions).map(|w| w.tokens.len() - w.fed).sum();
+        let slice = pace.slice(decoder, decoding);
+        let take: Vec<usize> = group.iter().map(|w| rows_to_take(w, shared, slice)).collect();
+        let started = Instant::now();
         counts.passes += 1;
         counts.rows += take.iter().sum::<usize>() as u64;
         counts.most_rows = counts.most_rows.max(take.iter().sum());
@@ -256,6 +270,9 @@ fn run_pass(pass: &mut Vec<Waiting>, finished: &mut Vec<Finished>) -> StepCounts
                 .collect();
             catch_unwind(AssertUnwindSafe(|| decoder.forward_batch(&mut rows)))
         };
+        let rows = take.iter().sum();
+        pace.measured(decoder, rows, started.elapsed());
+        tracing::debug!("pass: {} sequences, {rows} rows, {:?}", group.len(), started.elapsed());
         let results: Vec<Result<Tensor>> = match results {
             Ok(Ok(each)) => each,
             Ok(Err(e)) => {
@@ -287,12 +304,51 @@ fn run_pass(pass: &mut Vec<Waiting>, finished: &mut Vec<Finished>) -> StepCounts
 }
 
 /// The rows of `waiting` this pass feeds: all of them, but a prompt's (no logits but the last
-/// wanted) only a slice when other sequences share the pass.
-fn rows_to_take(waiting: &Waiting, shared: bool) -> usize {
+/// wanted) only `slice` when other sequences share the pass.
+fn rows_to_take(waiting: &Waiting, shared: bool, slice: usize) -> usize {
     let left = waiting.tokens.len() - waiting.fed;
     match shared && !waiting.all_positions {
-        true => left.min(PROMPT_SLICE),
+        true => left.min(slice),
         false => left,
+    }
+}
+
+/// Each model's measured time per row of a wide pass, to size prompt slices.
+#[derive(Default)]
+struct Pace {
+    /// By decoder (its address while the step holds it), milliseconds a row.
+    row_ms: Vec<(usize, f64)>,
+}
+
+impl Pace {
+    fn key(decoder: &Arc<Decoder>) -> usize {
+        Arc::as_ptr(decoder) as usize
+    }
+
+    /// Prompt rows one pass of `decoder` takes beside `decoding` rows within [`PASS_BUDGET`].
+    fn slice(&self, decoder: &Arc<Decoder>, decoding: usize) -> usize {
+        let key = Self::key(decoder);
+        match self.row_ms.iter().find(|(k, _)| *k == key) {
+            Some(&(_, ms)) => {
+                let rows = (PASS_BUDGET.as_secs_f64() * 1e3 / ms.max(1e-3)) as usize;
+                rows.saturating_sub(decoding).clamp(MIN_SLICE, crate::models::PREFILL_CHUNK)
+            }
+            None => PROMPT_SLICE,
+        }
+    }
+
+    /// A pass of `rows` took `took`: wide passes (where the time is the rows', not the weights'
+    /// reading) move the estimate.
+    fn measured(&mut self, decoder: &Arc<Decoder>, rows: usize, took: Duration) {
+        if rows < MIN_SLICE {
+            return;
+        }
+        let ms = took.as_secs_f64() * 1e3 / rows as f64;
+        let key = Self::key(decoder);
+        match self.row_ms.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, old)) => *old = 0.7 * *old + 0.3 * ms,
+            None => self.row_ms.push((key, ms)),
+        }
     }
 }
 
