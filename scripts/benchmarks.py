@@ -81,6 +81,17 @@ SECTIONS = {
         "(`Decoder::forward_batch`), against the same N generated in turn, one pass each (how the service serves N callers "
         "today). Aggregate tokens per second, medians of 3 rounds in alternating order; every sequence's tokens must agree.",
     ),
+    "concurrency.json": (
+        "Many clients at once: `specula serve --parallel N` beside llama-server `-np N`",
+        "scripts/bench-concurrency.py --parallel 4 --clients 1,2,4,8 --tokens 96",
+        "Each engine started once with N lanes (Specula) or slots (llama-server, `-c` 4096 a slot, prompt cache off), on "
+        "the same GGUF files, plain and with the 0.5B draft (Specula `--drafter auto`; llama-server `-md` with "
+        "`--spec-type draft-simple`); C clients each stream one greedy chat reply of the set's prompts (a different "
+        "prompt each), all at once, or arriving one every 2 s, and a 1,000-token prompt arriving beside three decoding "
+        "clients (its row: the three's longest gap between tokens). Aggregate: all tokens over the wall time from the "
+        "first request to the last token; `x 1` is over the same engine's one client, same set; TTFT and time per output "
+        "token are per client (p50/p95); k and acceptance are Specula's own stats of the replies.",
+    ),
     "history.json": (
         "The history pool's cost (the auto drafter's copies from earlier conversations)",
         f"{M}; cargo run --release -p specula-engine --example history_cost -- $T bench/history.json 1000",
@@ -521,6 +532,8 @@ def render_file(path: Path) -> str:
         body = imports_table(data)
     elif data.get("kind") == "history":
         body = history_table(data)
+    elif "runs" in data and "parallel" in data:
+        body = concurrency_table(data)
     elif "batch" in data:
         body = batch_table(data)
     elif "rounds" in data:
@@ -539,6 +552,30 @@ def render_file(path: Path) -> str:
         head.append(about)
     head.append(f"    {command}")
     return "\n\n".join(head + [body])
+
+
+def concurrency_table(data: dict) -> str:
+    runs = data["runs"]
+    alone = {(r["engine"], r["set"]): r["aggregate_tps"] for r in runs if r["clients"] == 1 and r["arrival"] == "together"}
+    peer = {(r["engine"], r["set"], r["arrival"], r["clients"]): r["aggregate_tps"] for r in runs}
+    rows = []
+    for r in runs:
+        one = alone.get((r["engine"], r["set"]))
+        llama = {"specula": "llama", "specula-draft": "llama-draft"}.get(r["engine"])
+        beside = peer.get((llama, r["set"], r["arrival"], r["clients"])) if llama else None
+        rows.append([
+            r["engine"], r["set"], r["arrival"], r["clients"], f"{r['aggregate_tps']:.1f}",
+            f"{r['aggregate_tps'] / one:.2f}" if one and r["arrival"] == "together" else "",
+            f"{r['aggregate_tps'] / beside:.2f}" if beside else "",
+            f"{r['ttft_ms']['p50']:.0f} / {r['ttft_ms']['p95']:.0f}",
+            f"{r['tpot_ms']['p50']:.0f} / {r['tpot_ms']['p95']:.0f}",
+            f"{r['longest_gap_ms']:.0f}",
+            "" if r.get("mean_k") is None else f"{r['mean_k']:.2f}",
+            pct(r.get("acceptance")),
+        ])
+    return f"N = {data['parallel']}, {data['tokens']} tokens a reply.\n\n" + table(
+        ["engine", "set", "arrival", "clients", "tok/s", "x 1", "x llama", "TTFT ms p50/p95", "ms/token p50/p95",
+         "longest gap ms", "mean k", "accepted"], rows)
 
 
 def ordered_files() -> list:

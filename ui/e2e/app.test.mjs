@@ -182,6 +182,46 @@ test('Regenerate keeps every answer: ◀ 2/3 ▶ switches back to the first, For
   await wd.waitFor(`return ${lastReply}.querySelector('.branch-of')?.textContent === '1/3'`, { what: 'the first chat again' });
 });
 
+test('two chats stream at once, a regenerate in one while the other streams, each as it is alone', async () => {
+  await setSettings({ max_tokens: 96 });
+  const current = () => wd.execute("return Number(document.querySelector('#conversation-list li.current').dataset.id)");
+  const repliesNow = () => wd.execute('return Number(document.body.dataset.replies ?? 0)');
+  const stored = async (id) => (await invoke('get_conversation', { id })).value.messages.at(-1);
+  const open = async (id) => {
+    await wd.execute(`document.querySelector('#conversation-list li[data-id="${id}"] .open').click()`);
+    await wd.waitFor(`return Number(document.querySelector('#conversation-list li.current')?.dataset.id) === ${id}`, { what: `chat ${id}` });
+  };
+  const regenerate = () => wd.execute("[...document.querySelectorAll('#messages .message.assistant')].pop().querySelector('.regenerate').click()");
+  const streamed = (n) =>
+    wd.waitFor(`return document.querySelectorAll('#messages .message.assistant.streaming .tok').length >= ${n}`, { timeout: 180_000, what: 'streamed tokens' });
+  // Each alone first, in a chat of its own.
+  const chats = [];
+  for (const question of ['Describe the water cycle to a ten-year-old.', 'Give three tips for writing a good cover letter.']) {
+    await wd.click('#new-chat');
+    await ask(question);
+    await replyEnds();
+    chats.push(await current());
+  }
+  const alone = [(await stored(chats[0])).content, (await stored(chats[1])).content];
+  // Both again at once: the first chat regenerates, and while it streams the second does too.
+  const before = await repliesNow();
+  await open(chats[0]);
+  await regenerate();
+  await streamed(2);
+  await open(chats[1]);
+  await regenerate();
+  await streamed(2);
+  const first = await stored(chats[0]);
+  assert.ok(!first.finish_reason, `the first chat still streams beside the second (it ended: ${first.finish_reason})`);
+  writeFileSync(join(ARTIFACTS, 'app-two-chats.png'), await wd.screenshot());
+  await wd.waitFor(`return Number(document.body.dataset.replies ?? 0) >= ${before + 2}`, { timeout: 300_000, what: 'both replies to end' });
+  for (const [i, id] of chats.entries()) {
+    const reply = await stored(id);
+    assert.equal(reply.siblings.length, 2, `chat ${i} keeps both answers`);
+    assert.equal(reply.content, alone[i], `chat ${i}'s reply beside the other is its reply alone`);
+  }
+});
+
 test('bad models, bad drafts and long prompts give readable errors and the app keeps working', async () => {
   const { value: offered } = await invoke('list_models', { target: null });
   const broken = offered.find((m) => m.path.endsWith('broken.gguf'));

@@ -95,8 +95,8 @@ mod step {
     use candle_core::Device;
     use specula_engine::gguf::GgufFile;
     use specula_engine::models::decoder::Decoder;
-    use specula_engine::models::{load_decoder, Passes};
     use specula_engine::models::PREFILL_CHUNK;
+    use specula_engine::models::{load_decoder, Passes};
     use specula_engine::step::Step;
     use specula_engine::{synth, KvFormat};
     use std::sync::{Arc, Barrier};

@@ -79,6 +79,11 @@ impl CachedModel {
         self.model.set_passes(passes);
     }
 
+    /// Replies whose passes are taken with this model's now (1: alone).
+    pub fn sharing(&self) -> usize {
+        self.model.sharing()
+    }
+
     pub fn disk_cache(&self) -> MutexGuard<'_, Option<DiskCache>> {
         lock(&self.disk)
     }

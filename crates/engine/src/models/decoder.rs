@@ -768,6 +768,10 @@ impl CausalLm for LiveDecoder {
         self.passes = passes;
     }
 
+    fn sharing(&self) -> usize {
+        self.passes.as_ref().map_or(1, |p| p.sharing())
+    }
+
     fn sequence_bytes(&self) -> usize {
         let config = &self.decoder.config;
         let row = self.decoder.kv_format.bytes_for(config.n_kv_head * config.head_dim);

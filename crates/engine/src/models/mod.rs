@@ -83,6 +83,10 @@ pub trait CausalLm: Send {
     fn share(&self, _passes: Option<std::sync::Arc<dyn Passes>>) -> Option<Box<dyn CausalLm>> {
         None
     }
+    /// Replies whose passes are taken with this one's now (1: alone).
+    fn sharing(&self) -> usize {
+        1
+    }
     /// Bytes one sequence takes once it fills the context (its keys and values).
     fn sequence_bytes(&self) -> usize {
         0
@@ -108,6 +112,8 @@ pub trait Passes: Send + Sync {
         tokens: &[u32],
         all_positions: bool,
     ) -> Result<Tensor>;
+    /// Replies taking their passes here now (at least 1).
+    fn sharing(&self) -> usize;
 }
 
 /// A sequence a model parked or read ([`CausalLm::park`]): its own type inside, and its size.

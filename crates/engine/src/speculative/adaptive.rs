@@ -119,6 +119,8 @@ pub struct CostModel {
     copy_evidence: [(f64, f64); COPY_CLASSES],
     /// The last copying step's length, and whether the target kept every copied token.
     copy_last: (usize, bool),
+    /// Replies sharing the step now: the extra rows of a wider pass hold each of them up.
+    sharing: f64,
 }
 
 impl Default for CostModel {
@@ -156,7 +158,22 @@ impl CostModel {
             last_all_kept: false,
             copy_evidence: [(0.0, 0.0); COPY_CLASSES],
             copy_last: (0, false),
+            sharing: 1.0,
         }
+    }
+
+    /// `replies` share the step from now on (1: alone). A pass wider by k rows then costs
+    /// each of them its extra time, so the extra time is priced that many times over (draft
+    /// times are priced so as they are recorded).
+    pub fn set_sharing(&mut self, replies: f64) {
+        self.sharing = replies.max(1.0);
+    }
+
+    /// A pass over `n` tokens as this step prices it: the plain pass, and the extra rows' time
+    /// once for each reply sharing the step.
+    fn priced_verify(&self, n: usize) -> Option<f64> {
+        let t1 = self.plain_ms()?;
+        Some(t1 + self.sharing * (self.verify_cost(n)? - t1).max(0.0))
     }
 
     /// A new reply begins. What passes and drafts cost is the host's and is kept; how often
@@ -261,7 +278,7 @@ impl CostModel {
 
     /// What a step drafting `k` costs by the measured draft and pass times.
     fn step_cost(&self, k: usize) -> Option<f64> {
-        Some(k as f64 * self.draft_ms? + self.verify_cost(k + 1)?)
+        Some(k as f64 * self.draft_ms? + self.priced_verify(k + 1)?)
     }
 
     /// Whether drafting, as realized, has been slower than plain decoding (beyond the noise).
@@ -322,7 +339,7 @@ impl CostModel {
 
     /// Expected tokens per millisecond when drafting `k` (0: plain).
     pub fn rate(&self, k: usize) -> Option<f64> {
-        let verify = self.verify_cost(k + 1)?;
+        let verify = self.priced_verify(k + 1)?;
         let draft = if k == 0 { 0.0 } else { self.draft_ms? * k as f64 };
         Some(expected_tokens(self.alpha(), k) / (draft + verify))
     }
@@ -340,7 +357,7 @@ impl CostModel {
     /// Milliseconds per token that drafting `k` saves over plain decoding at acceptance
     /// `alpha` (negative when it loses).
     fn saving_per_token(&self, k: usize, alpha: f64) -> Option<f64> {
-        let step = k as f64 * self.draft_ms? + self.verify_cost(k + 1)?;
+        let step = k as f64 * self.draft_ms? + self.priced_verify(k + 1)?;
         let tokens = if alpha >= 1.0 { (k + 1) as f64 } else { expected_tokens(alpha, k) };
         Some(self.plain_ms()? - step / tokens)
     }
@@ -497,7 +514,7 @@ impl CostModel {
 
     /// Expected tokens per millisecond when copying `k` tokens each kept with chance `alpha`.
     fn copy_rate(&self, alpha: f64, k: usize) -> Option<f64> {
-        Some(expected_tokens(alpha, k) / self.verify_cost(k + 1)?)
+        Some(expected_tokens(alpha, k) / self.priced_verify(k + 1)?)
     }
 
     /// Per-token acceptance of copies that continue a match of `matched` tokens.

@@ -65,6 +65,10 @@ struct Speculation<'a> {
     costs: &'a mut CostModel,
     totals: Totals,
     plain: PlainReference,
+    /// Replies whose passes share this one's step now (1: alone). While this reply drafts,
+    /// each of the others waits on its draft passes, so auto k prices a draft at that many
+    /// times its own time: as the batch grows, a draft must buy more to pay, and k falls.
+    sharing: f64,
 }
 
 /// Who drafts a step and how far.
@@ -130,7 +134,8 @@ pub fn generate_speculative(
     };
     let prefill = started.elapsed();
     let mut reply = Reply::new(tokenizer, prompt, options, sink);
-    let mut run = Speculation { drafter, spec, costs, totals: Totals::default(), plain: PlainReference::default() };
+    let mut run =
+        Speculation { drafter, spec, costs, totals: Totals::default(), plain: PlainReference::default(), sharing: 1.0 };
 
     while !reply.is_done() {
         let step_started = Instant::now();
@@ -140,6 +145,8 @@ pub fn generate_speculative(
             reply.finish = Some(FinishReason::ContextFull);
             break;
         }
+        run.sharing = target.sharing() as f64;
+        run.costs.set_sharing(run.sharing);
         let plan = run.plan(&reply, room, options.max_tokens);
         let Drafted { drafts, catch_up_ms, draft_ms } = run.draft(&reply, &plan, &mut sampler)?;
         let (logits, verify_ms) = target_pass(target, &reply.context, &drafts)?;
@@ -202,7 +209,7 @@ impl Speculation<'_> {
         let t = Instant::now();
         let fed = if plan.k > 0 && !plan.copying { self.drafter.catch_up(&reply.context)? } else { 0 };
         let catch_up_ms = ms(t.elapsed());
-        self.costs.record_catch_up(fed, catch_up_ms);
+        self.costs.record_catch_up(fed, catch_up_ms * self.sharing);
         let t = Instant::now();
         let drafts = match (plan.copying, plan.k > 0) {
             (true, _) => plan.copy[..plan.k].iter().map(|&token| Draft::copied(token)).collect(),
@@ -225,11 +232,12 @@ impl Speculation<'_> {
             // The copy arm's own evidence; the model arm's realized rate is the model's alone.
             self.costs.record_copy(k, accepted, plan.matched);
         } else {
-            self.costs.record_draft(k, accepted, draft_ms);
+            self.costs.record_draft(k, accepted, draft_ms * self.sharing);
             // The catch-up is a one-off that auto priced before it probed (`repays_catch_up`);
             // counted in the probe's first step, it read as a loss of twice plain's time and
             // stopped every probe that followed a plain stretch, whatever its acceptance.
-            self.costs.record_step(k, committed, step_ms - catch_up_ms);
+            // What the others waited on its drafts counts too (`sharing`).
+            self.costs.record_step(k, committed, step_ms - catch_up_ms + (self.sharing - 1.0) * draft_ms);
         }
         self.plain.record_step(k, committed, step_ms);
         let totals = &mut self.totals;

@@ -131,6 +131,11 @@ impl Step {
 }
 
 impl Passes for Step {
+    fn sharing(&self) -> usize {
+        let state = self.lock();
+        state.replies.saturating_sub(state.away).max(1)
+    }
+
     /// Append `tokens` to `sequence` in a pass shared with the other replies; the logits of
     /// every new position (`all_positions`) or of the last, as [`Decoder::forward`] gives them.
     fn forward(
