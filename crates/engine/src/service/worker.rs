@@ -135,7 +135,7 @@ pub(super) struct Worker {
     to_remember: Vec<Remembering>,
     /// Jobs taken from the handles, not yet started.
     queue: VecDeque<Job>,
-    returns: (flume::Sender<Returned>, flume::Receiver<Returned>),
+    returns: (flume::Sender<Box<Returned>>, flume::Receiver<Box<Returned>>),
     clock: u64,
 }
 
@@ -304,7 +304,7 @@ impl Worker {
         self.shared.running.fetch_add(1, Ordering::SeqCst);
         let spawned = std::thread::Builder::new().name(format!("specula-reply-{index}")).spawn(move || {
             let remember = serve(&mut lane, *job, &shared, step);
-            let _ = returns.send(Returned { index, lane, remember });
+            let _ = returns.send(Box::new(Returned { index, lane, remember }));
         });
         if let Err(e) = spawned {
             self.shared.running.fetch_sub(1, Ordering::SeqCst);
@@ -316,8 +316,8 @@ impl Worker {
 
     /// A lane back from its reply: home again, what the reply leaves remembered, and with
     /// nothing waiting, what it holds written to the disk cache.
-    fn home_again(&mut self, returned: Returned, nothing_waits: bool) {
-        let Returned { index, lane, remember } = returned;
+    fn home_again(&mut self, returned: Box<Returned>, nothing_waits: bool) {
+        let Returned { index, lane, remember } = *returned;
         if let Some((request, tokens, text)) = remember {
             self.remember_chat(&request, tokens, text);
         }
@@ -496,7 +496,8 @@ impl Worker {
 /// News for the engine thread: a job from a handle, a lane home, or the handles all gone.
 enum News {
     Job(Job),
-    Home(Returned),
+    // Boxed: a lane (its session) is far larger than a job.
+    Home(Box<Returned>),
     Closed,
 }
 
