@@ -255,7 +255,8 @@ fn run_pass(pass: &mut Vec<Waiting>, finished: &mut Vec<Finished>, pace: &mut Pa
     for decoder in &models {
         let mut group: Vec<&mut Waiting> = pass.iter_mut().filter(|w| Arc::ptr_eq(&w.decoder, decoder)).collect();
         let decoding: usize = group.iter().filter(|w| w.all_positions).map(|w| w.tokens.len() - w.fed).sum();
-        let slice = pace.slice(decoder, decoding);
+        // The target's and the draft's passes of one step share its budget.
+        let slice = pace.slice(decoder, decoding, PASS_BUDGET / models.len() as u32);
         let take: Vec<usize> = group.iter().map(|w| rows_to_take(w, shared, slice)).collect();
         let started = Instant::now();
         counts.passes += 1;
@@ -330,12 +331,12 @@ impl Pace {
         Arc::as_ptr(decoder) as usize
     }
 
-    /// Prompt rows one pass of `decoder` takes beside `decoding` rows within [`PASS_BUDGET`].
-    fn slice(&self, decoder: &Arc<Decoder>, decoding: usize) -> usize {
+    /// Prompt rows one pass of `decoder` takes beside `decoding` rows within `budget`.
+    fn slice(&self, decoder: &Arc<Decoder>, decoding: usize, budget: Duration) -> usize {
         let key = Self::key(decoder);
         match self.row_ms.iter().find(|(k, _)| *k == key) {
             Some(&(_, ms)) => {
-                let rows = (PASS_BUDGET.as_secs_f64() * 1e3 / ms.max(1e-3)) as usize;
+                let rows = (budget.as_secs_f64() * 1e3 / ms.max(1e-3)) as usize;
                 rows.saturating_sub(decoding).clamp(MIN_SLICE, crate::models::PREFILL_CHUNK)
             }
             None => PROMPT_SLICE,
