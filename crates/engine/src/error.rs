@@ -85,6 +85,15 @@ pub(crate) fn first_line(error: &impl std::fmt::Display) -> String {
     error.to_string().lines().next().unwrap_or_default().to_string()
 }
 
+/// What a caught panic said, for the error that replaces it.
+pub(crate) fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(s), _) => s.to_string(),
+        (_, Some(s)) => s.clone(),
+        _ => "a panic without a message".into(),
+    }
+}
+
 pub use specula_protocol::{ErrorCode, ErrorInfo};
 
 impl From<&Error> for ErrorInfo {

@@ -170,3 +170,37 @@ mod step {
         assert!(counts.most_rows <= PREFILL_CHUNK + 60 + 3, "{counts:?}");
     }
 }
+
+#[test]
+fn a_load_of_what_is_loaded_is_answered_while_another_reply_runs_and_the_next_reply_runs_beside_it() {
+    // The app loads the settings' models before every reply: a second chat's load must not
+    // wait for the first chat's reply, nor stop the engine.
+    let engine = EngineHandle::spawn_empty(ServiceConfig { parallel: 2, ..Default::default() });
+    let spec = specula_engine::service::LoadSpec {
+        target: model(TARGET),
+        draft: None,
+        draft_vocab: None,
+        context: 1024,
+        kv_format: specula_engine::KvFormat::F16,
+        device: "cpu".into(),
+        prompt_cache: None,
+    };
+    engine.load(spec.clone()).recv().unwrap().unwrap();
+    // Both lanes busy (lane 0, which loads go to, among them).
+    let long = GenerateOptions { max_tokens: 120, sampling: SamplingParams::greedy(), ..Default::default() };
+    let replies: Vec<Ticket> = [PROMPTS[7], PROMPTS[5]]
+        .iter()
+        .map(|p| engine.submit(Request::new(Prompt::Chat(vec![Message::user(*p)]), long.clone())).unwrap())
+        .collect();
+    for reply in &replies {
+        while !matches!(reply.recv(), Some(ReplyEvent::Tokens { .. })) {}
+    }
+    let answer = engine.load(spec).recv_timeout(std::time::Duration::from_secs(5));
+    assert!(answer.is_ok_and(|health| health.is_ok()), "the load of what is loaded waited for the running replies");
+    let short = GenerateOptions { max_tokens: 8, sampling: SamplingParams::greedy(), ..Default::default() };
+    let next = engine.submit(Request::new(Prompt::Chat(vec![Message::user(PROMPTS[6])]), short)).unwrap();
+    for reply in replies {
+        assert!(reply.wait().is_ok());
+    }
+    assert_eq!(next.wait().unwrap().tokens.len(), 8);
+}

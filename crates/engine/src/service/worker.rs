@@ -8,7 +8,7 @@ use super::ReplyEvent;
 use super::{EngineState, GenerateJob, Health, Job, LoadSpec, LoadedModelInfo, Prompt, Request, ServiceConfig, Shared};
 use crate::decode::Generation;
 use crate::device;
-use crate::error::{Error, ErrorInfo, Result};
+use crate::error::{panic_message, Error, ErrorInfo, Result};
 use crate::fitted::ReplyTo;
 use crate::session::{Decoding, DrafterKind, Session};
 use crate::step::Step;
@@ -246,8 +246,9 @@ impl Worker {
                 }
                 Job::Load(spec, answer) if self.is_loaded(&spec) => {
                     // What is loaded already: answered without waiting for the lanes (the
-                    // app loads before each reply).
-                    let health = self.publish(None);
+                    // app loads before each reply), with the health as last published (lane 0,
+                    // which it is read from, may be out on a reply).
+                    let health = self.shared.health.lock().unwrap_or_else(|e| e.into_inner()).clone();
                     self.shared.loads.fetch_sub(1, Ordering::SeqCst);
                     let _ = answer.send(Ok(health));
                 }
@@ -604,12 +605,4 @@ fn decoding_of(request: &Request, config: &ServiceConfig, session: &Session) -> 
 /// The configured prompt cache, or the default for the memory free now (the models loaded).
 fn prompt_cache_bytes(config: &ServiceConfig) -> usize {
     config.prompt_cache_bytes.unwrap_or_else(crate::session::default_prompt_cache_bytes)
-}
-
-fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
-        (Some(s), _) => s.to_string(),
-        (_, Some(s)) => s.clone(),
-        _ => "a panic without a message".into(),
-    }
 }

@@ -285,7 +285,7 @@ fn run_pass(pass: &mut Vec<Waiting>, finished: &mut Vec<Finished>, pace: &mut Pa
                 (0..group.len()).map(|_| Err(Error::JobPanicked(format!("a shared pass failed: {e}")))).collect()
             }
             Err(panic) => {
-                let what = panic_text(&panic);
+                let what = crate::error::panic_message(&panic);
                 (0..group.len()).map(|_| Err(Error::JobPanicked(format!("a shared pass panicked: {what}")))).collect()
             }
         };
@@ -363,12 +363,4 @@ fn finish(waiting: &mut Waiting, logits: Result<Tensor>, finished: &mut Vec<Fini
     let sequence = std::mem::replace(&mut waiting.sequence, Sequence::new(Vec::new()));
     finished.push(Finished { id: waiting.id, sequence, logits });
     waiting.done = true;
-}
-
-fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
-    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
-        (Some(s), _) => s.to_string(),
-        (_, Some(s)) => s.clone(),
-        _ => "a panic without a message".into(),
-    }
 }
